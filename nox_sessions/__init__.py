@@ -1,0 +1,1 @@
+"""nox session definitions, one module per package (imported by noxfile.py)."""

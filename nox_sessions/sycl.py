@@ -1,0 +1,1 @@
+"""tq-sycl sessions."""

@@ -1,0 +1,1 @@
+"""tq-triton sessions (filled in by the tq-triton work)."""

@@ -1,0 +1,1 @@
+"""tq-vllm sessions."""

@@ -1,0 +1,19 @@
+"""Sessions for every tq package. `nox -t tests` runs all tests; `nox -s demo` the demo.
+
+Each package's sessions live in ``nox_sessions/<package>.py`` so that they can evolve
+independently; importing them registers the sessions.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nox
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+nox.options.error_on_missing_interpreters = False
+nox.options.sessions = ["lint", "tests-core"]
+
+from nox_sessions import common, core, sycl, triton, vllm  # noqa: E402, F401

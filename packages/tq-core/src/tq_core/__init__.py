@@ -1,0 +1,62 @@
+"""tq-core: the TurboQuant KV-cache codec and readable torch reference ops.
+
+The same API exists in every tq package (``tq_triton``, ``tq_sycl``); this one is the
+reference and the CPU implementation.
+"""
+
+from .__about__ import __version__
+from .attention import attention
+from .codebooks import Codebook, distortion, get_codebook, lloyd_max
+from .codec import decode_fields, encode_fields, key_codebook, rotate
+from .errors import (
+    BackendUnavailableError,
+    DeviceError,
+    DtypeError,
+    LayoutError,
+    PresetError,
+    RangeError,
+    ShapeError,
+    TQError,
+)
+from .hadamard import fwht, hadamard_matrix, ifwht, random_signs
+from .kv import decode_kv, encode_kv
+from .layout import BlockLayout, SlotLayout
+from .paged import block_fields, from_vllm_cache, store, to_vllm_cache
+from .presets import PRESETS, SUPPORTED_HEAD_DIMS, Preset, get_preset
+
+__all__ = [
+    "PRESETS",
+    "SUPPORTED_HEAD_DIMS",
+    "BackendUnavailableError",
+    "BlockLayout",
+    "Codebook",
+    "DeviceError",
+    "DtypeError",
+    "LayoutError",
+    "Preset",
+    "PresetError",
+    "RangeError",
+    "ShapeError",
+    "SlotLayout",
+    "TQError",
+    "__version__",
+    "attention",
+    "block_fields",
+    "decode_fields",
+    "decode_kv",
+    "distortion",
+    "encode_fields",
+    "encode_kv",
+    "from_vllm_cache",
+    "fwht",
+    "get_codebook",
+    "get_preset",
+    "hadamard_matrix",
+    "ifwht",
+    "key_codebook",
+    "lloyd_max",
+    "random_signs",
+    "rotate",
+    "store",
+    "to_vllm_cache",
+]

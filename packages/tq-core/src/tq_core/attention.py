@@ -1,0 +1,60 @@
+"""Reference attention over tq's paged compressed cache.
+
+Readable rather than fast: per request it decodes the cached keys and values to float32
+(exactly the K and V that :func:`tq_core.decode_kv` returns) and runs causal softmax
+attention in float32. It is the oracle for every fast implementation and the CPU path.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .checks import check_attention_args
+from .codec import decode_fields
+from .paged import block_fields, read_fields
+from .presets import Preset
+
+
+def attention(
+    query: torch.Tensor,
+    kv_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    preset: str | Preset,
+    scale: float,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Causal attention of each request's newest query tokens over its cached sequence.
+
+    Request ``r`` owns query rows ``query_start_loc[r]:query_start_loc[r+1]`` (``q_len``
+    of them) and ``seq_lens[r]`` cached tokens (the new ones included); query ``i`` sits at
+    position ``seq_len - q_len + i`` and attends to positions ``<=`` its own. Any q_len
+    from 0 to seq_len works. Returns ``out`` (allocated in the query's dtype when None);
+    rows past ``query_start_loc[-1]`` are left untouched.
+    """
+    args = check_attention_args(query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out)
+    if out is None:
+        out = torch.empty_like(query)
+    views = block_fields(kv_cache, args.layout)
+    bs = args.layout.block_size
+    group = args.num_q_heads // args.num_kv_heads
+    sl, qsl = seq_lens.tolist(), query_start_loc.tolist()
+    for r in range(args.num_reqs):
+        seq_len, q0, q1 = sl[r], qsl[r], qsl[r + 1]
+        q_len = q1 - q0
+        if q_len == 0:
+            continue
+        pos = torch.arange(seq_len, device=query.device)
+        blocks = block_table[r].long()[pos // bs]
+        k, v = decode_fields(read_fields(views, blocks, pos % bs), args.preset, args.head_dim)
+        # [L, Hk, d] -> [Hq, L, d]: q head j reads kv head j // group
+        k = k.repeat_interleave(group, dim=1).transpose(0, 1)
+        v = v.repeat_interleave(group, dim=1).transpose(0, 1)
+        q = query[q0:q1].float().transpose(0, 1)  # [Hq, q_len, d]
+        s = torch.matmul(q, k.transpose(1, 2)) * scale  # [Hq, q_len, L]
+        qpos = seq_len - q_len + torch.arange(q_len, device=query.device)
+        s = s.masked_fill(pos[None, :] > qpos[:, None], float("-inf"))
+        o = torch.matmul(torch.softmax(s, dim=-1), v)  # [Hq, q_len, d]
+        out[q0:q1] = o.transpose(0, 1).to(out.dtype)
+    return out

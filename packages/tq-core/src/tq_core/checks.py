@@ -1,0 +1,234 @@
+"""Argument validation shared by every implementation of the tq API.
+
+Shape, dtype and device checks are cheap and always run. Checks of metadata *values*
+(slot ranges, block ids, lengths) read device memory; the reference ops always run
+them, fast implementations run them when ``TQ_DEBUG=1`` so the hot path never
+synchronises with the host.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+
+from .errors import DeviceError, DtypeError, LayoutError, RangeError, ShapeError
+from .layout import BlockLayout
+from .presets import SUPPORTED_HEAD_DIMS, Preset, get_preset
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+def debug_enabled() -> bool:
+    return os.environ.get("TQ_DEBUG", "0") not in ("", "0", "false", "False")
+
+
+def check_tensor(
+    t: object,
+    name: str,
+    *,
+    ndim: int | None = None,
+    dtypes: Iterable[torch.dtype] | None = None,
+    device: torch.device | None = None,
+) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise ShapeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if ndim is not None and t.dim() != ndim:
+        raise ShapeError(f"{name}: expected {ndim} dims, got shape {tuple(t.shape)}")
+    if dtypes is not None:
+        dtypes = tuple(dtypes)
+        if t.dtype not in dtypes:
+            raise DtypeError(f"{name}: expected dtype in {[str(d) for d in dtypes]}, got {t.dtype}")
+    if device is not None and t.device != device:
+        raise DeviceError(f"{name}: is on {t.device}, expected {device} (all tensors on one device)")
+    return t
+
+
+def block_is_contiguous(kv: torch.Tensor) -> bool:
+    """Whether dims 1..3 of ``kv`` cover one dense byte range per block, slot bytes innermost."""
+    if kv.stride(3) != 1 and kv.shape[3] > 1:
+        return False
+    dims = sorted((kv.stride(i), kv.shape[i]) for i in (1, 2) if kv.shape[i] > 1)
+    expected = kv.shape[3]
+    for stride, size in dims:
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def head_dim_for_slot(preset: Preset, slot_size_aligned: int) -> int:
+    """The head_dim whose vLLM slot is ``slot_size_aligned`` bytes for ``preset``."""
+    for d in SUPPORTED_HEAD_DIMS:
+        if preset.layout(d).slot_size_aligned == slot_size_aligned:
+            return d
+    sizes = {d: preset.layout(d).slot_size_aligned for d in SUPPORTED_HEAD_DIMS}
+    raise ShapeError(
+        f"kv_cache: last dim {slot_size_aligned} is no {preset.name} slot size; expected one of {sizes} (head_dim: bytes)"
+    )
+
+
+def check_cache(
+    kv_cache: object,
+    preset: Preset,
+    head_dim: int | None = None,
+    num_kv_heads: int | None = None,
+    device: torch.device | None = None,
+) -> BlockLayout:
+    """Validate a paged cache tensor and return its :class:`BlockLayout`."""
+    kv = check_tensor(kv_cache, "kv_cache", ndim=4, dtypes=(torch.uint8,), device=device)
+    nb, bs, h, s = kv.shape
+    if head_dim is None:
+        head_dim = head_dim_for_slot(preset, s)
+    expected = preset.layout(head_dim).slot_size_aligned
+    if s != expected:
+        raise ShapeError(
+            f"kv_cache: last dim is {s}, expected slot_size_aligned={expected} for {preset.name} at head_dim={head_dim}"
+        )
+    if num_kv_heads is not None and h != num_kv_heads:
+        raise ShapeError(f"kv_cache: has {h} kv heads (dim 2), expected {num_kv_heads} from key/query")
+    if nb < 1:
+        raise ShapeError("kv_cache: has no blocks")
+    if not block_is_contiguous(kv):
+        raise LayoutError(
+            f"kv_cache: strides {kv.stride()} for shape {tuple(kv.shape)} — each block's "
+            "block_size * num_kv_heads * slot bytes must form one contiguous range with the slot dim innermost "
+            "(the block stride is free; vLLM's [num_blocks, block_size, heads, slot] and its transposed "
+            "head-major view both qualify)"
+        )
+    return preset.block_layout(head_dim, bs, h)
+
+
+def _check_floating_pair(key: torch.Tensor, value: torch.Tensor) -> None:
+    check_tensor(key, "key", ndim=3, dtypes=FLOAT_DTYPES)
+    check_tensor(value, "value", ndim=3, dtypes=FLOAT_DTYPES, device=key.device)
+    if key.shape != value.shape:
+        raise ShapeError(f"value: shape {tuple(value.shape)} differs from key's {tuple(key.shape)}")
+
+
+def check_encode_args(key: object, value: object, preset: str | Preset) -> Preset:
+    p = get_preset(preset)
+    _check_floating_pair(key, value)  # type: ignore[arg-type]
+    p.check_head_dim(key.shape[-1], "key.shape[-1] (head_dim)")  # type: ignore[union-attr]
+    return p
+
+
+@dataclass(frozen=True)
+class StoreArgs:
+    preset: Preset
+    layout: BlockLayout
+    num_slots: int
+
+
+def check_store_args(
+    key: object, value: object, kv_cache: object, slot_mapping: object, preset: str | Preset, check_values: bool = True
+) -> StoreArgs:
+    p = check_encode_args(key, value, preset)
+    assert isinstance(key, torch.Tensor)
+    n, h, d = key.shape
+    lay = check_cache(kv_cache, p, d, h, device=key.device)
+    sm = check_tensor(slot_mapping, "slot_mapping", ndim=1, dtypes=INDEX_DTYPES, device=key.device)
+    if sm.shape[0] != n:
+        raise ShapeError(f"slot_mapping: has {sm.shape[0]} entries, expected num_tokens={n} (key.shape[0])")
+    assert isinstance(kv_cache, torch.Tensor)
+    num_slots = kv_cache.shape[0] * kv_cache.shape[1]
+    if check_values and n:
+        hi = int(sm.max())
+        if hi >= num_slots:
+            raise RangeError(f"slot_mapping: slot {hi} is past the cache's {num_slots} slots (num_blocks*block_size)")
+        valid = sm[sm >= 0]
+        if valid.numel() != torch.unique(valid).numel():
+            raise RangeError("slot_mapping: the same slot appears twice in one call")
+    return StoreArgs(p, lay, num_slots)
+
+
+@dataclass(frozen=True)
+class AttentionArgs:
+    preset: Preset
+    layout: BlockLayout
+    num_reqs: int
+    head_dim: int
+    num_q_heads: int
+    num_kv_heads: int
+
+
+def check_attention_args(
+    query: object,
+    kv_cache: object,
+    block_table: object,
+    seq_lens: object,
+    query_start_loc: object,
+    preset: str | Preset,
+    scale: object,
+    out: object = None,
+    check_values: bool = True,
+    max_q_len: int | None = None,
+) -> AttentionArgs:
+    p = get_preset(preset)
+    q = check_tensor(query, "query", ndim=3, dtypes=FLOAT_DTYPES)
+    dev = q.device
+    nq, hq, d = q.shape
+    p.check_head_dim(d, "query.shape[-1] (head_dim)")
+    kv = check_tensor(kv_cache, "kv_cache", ndim=4, dtypes=(torch.uint8,), device=dev)
+    hk = kv.shape[2]
+    if hq % hk:
+        raise ShapeError(f"query: {hq} heads is not a multiple of kv_cache's {hk} kv heads (GQA)")
+    lay = check_cache(kv, p, d, hk, device=dev)
+    bt = check_tensor(block_table, "block_table", ndim=2, dtypes=INDEX_DTYPES, device=dev)
+    sl = check_tensor(seq_lens, "seq_lens", ndim=1, dtypes=INDEX_DTYPES, device=dev)
+    qsl = check_tensor(query_start_loc, "query_start_loc", ndim=1, dtypes=INDEX_DTYPES, device=dev)
+    r = sl.shape[0]
+    if bt.shape[0] < r:
+        raise ShapeError(f"block_table: has {bt.shape[0]} rows, expected >= num_reqs={r} (len(seq_lens))")
+    if qsl.shape[0] != r + 1:
+        raise ShapeError(f"query_start_loc: has {qsl.shape[0]} entries, expected num_reqs + 1 = {r + 1}")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale={scale!r}: expected a finite positive float")
+    if out is not None:
+        o = check_tensor(out, "out", ndim=3, dtypes=FLOAT_DTYPES, device=dev)
+        if o.shape != q.shape:
+            raise ShapeError(f"out: shape {tuple(o.shape)}, expected the query's {tuple(q.shape)}")
+    if check_values and r:
+        _check_attention_values(nq, kv, bt, sl, qsl, r, max_q_len)
+    return AttentionArgs(p, lay, r, d, hq, hk)
+
+
+def _check_attention_values(
+    nq: int, kv: torch.Tensor, bt: torch.Tensor, sl: torch.Tensor, qsl: torch.Tensor, r: int, max_q_len: int | None
+) -> None:
+    nb, bs = kv.shape[0], kv.shape[1]
+    sl_c, qsl_c, bt_c = sl.cpu().long(), qsl.cpu().long(), bt.cpu().long()
+    if int(qsl_c[0]) != 0:
+        raise RangeError(f"query_start_loc: must start at 0, starts at {int(qsl_c[0])}")
+    q_lens = qsl_c[1:] - qsl_c[:-1]
+    if bool((q_lens < 0).any()):
+        raise RangeError("query_start_loc: must be non-decreasing")
+    if int(qsl_c[-1]) > nq:
+        raise RangeError(f"query_start_loc: ends at {int(qsl_c[-1])}, past the {nq} query tokens")
+    if bool((sl_c < 0).any()):
+        raise RangeError("seq_lens: negative length")
+    bad = torch.nonzero(q_lens > sl_c)
+    if bad.numel():
+        i = int(bad[0])
+        raise RangeError(
+            f"request {i}: q_len={int(q_lens[i])} exceeds seq_lens[{i}]={int(sl_c[i])} "
+            "(the query tokens are the newest tokens of the sequence)"
+        )
+    if max_q_len is not None and r and int(q_lens.max()) > max_q_len:
+        i = int(torch.argmax(q_lens))
+        raise RangeError(f"request {i}: q_len={int(q_lens[i])} exceeds this implementation's limit of {max_q_len}")
+    cap = bt_c.shape[1] * bs
+    over = torch.nonzero(sl_c > cap)
+    if over.numel():
+        i = int(over[0])
+        raise RangeError(f"seq_lens[{i}]={int(sl_c[i])} exceeds block_table capacity {bt_c.shape[1]} blocks x {bs}")
+    nblocks = (sl_c + bs - 1) // bs
+    used = torch.arange(bt_c.shape[1])[None, :] < nblocks[:, None]
+    ids = bt_c[:r][used]
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= nb):
+        bad_id = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+        raise RangeError(f"block_table: block id {bad_id} is outside the cache's {nb} blocks")

@@ -1,0 +1,173 @@
+"""The TurboQuant codec: per (token, kv head) encoding of keys and values.
+
+Keys, Lloyd-Max presets: store ||k|| (fp16) and the Lloyd-Max codes of the rotated unit
+vector ``H k / ||k||`` (H: orthonormal Sylvester Hadamard, Gaussian codebook scaled by
+1/sqrt(d)). Decoding gathers the centroid vector ``c``; with norm correction it is
+rescaled to unit length, ``k_rot = ||k|| * c / ||c||``, and ``k = H k_rot``.
+
+Keys, fp8 preset: the raw key cast to float8 e4m3 (saturating at ±448).
+
+Values: per (token, head) asymmetric uniform: ``zero = min``, ``scale = (max - min) /
+(2^b - 1)``, both stored as fp16, ``code = floor((v - zero) / scale + 1/2)`` computed with
+the stored fp16 scale and zero so that the decoder's ``zero + code * scale`` is the
+nearest representable level.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import torch
+
+from .bitpack import pack_codes, unpack_codes
+from .codebooks import get_codebook
+from .hadamard import fwht
+from .presets import Preset, get_preset
+
+FP16_MAX = 65504.0
+FP8_E4M3_MAX = 448.0
+
+
+class EncodedKV(NamedTuple):
+    """The fields of encoded tokens; every tensor has leading dims ``[N, H]``."""
+
+    key_codes: torch.Tensor  # uint8 [N, H, key_code_bytes]: packed codes or fp8 bytes
+    key_norm: torch.Tensor | None  # float16 [N, H]; None for fp8 keys
+    value_codes: torch.Tensor  # uint8 [N, H, value_code_bytes]
+    value_scale: torch.Tensor  # float16 [N, H]
+    value_zero: torch.Tensor  # float16 [N, H]
+
+
+@functools.cache
+def _codebook_cpu(bits: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    cb = get_codebook(bits, "gaussian")
+    s = 1.0 / math.sqrt(head_dim)
+    cent = torch.tensor(cb.centroids, dtype=torch.float64) * s
+    bounds = torch.tensor(cb.boundaries, dtype=torch.float64) * s
+    return cent.to(torch.float32), bounds.to(torch.float32)
+
+
+def key_codebook(
+    preset: str | Preset, head_dim: int, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(centroids, decision boundaries) in float32, already scaled by 1/sqrt(head_dim)."""
+    p = get_preset(preset)
+    if p.key_is_fp8:
+        raise ValueError(f"{p.name} stores fp8 keys and has no codebook")
+    cent, bounds = _codebook_cpu(p.key_bits, head_dim)
+    return cent.to(device), bounds.to(device)
+
+
+def rotate(x: torch.Tensor) -> torch.Tensor:
+    """Apply the key rotation (orthonormal Hadamard) along the last dim, in float32."""
+    return fwht(x.float())
+
+
+def _as_fp16_bytes(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.float16).contiguous().view(torch.uint8).view(*x.shape, 2)
+
+
+def _from_fp16_bytes(b: torch.Tensor) -> torch.Tensor:
+    return b.contiguous().view(torch.float16).squeeze(-1)
+
+
+def quantize_keys(key: torch.Tensor, preset: Preset) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Keys ``[..., d]`` -> (packed codes or fp8 bytes, fp16 norms or None)."""
+    k = key.float()
+    if preset.key_is_fp8:
+        fp8 = k.clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
+        return fp8.view(torch.uint8), None
+    d = k.shape[-1]
+    norm = torch.linalg.vector_norm(k, dim=-1)
+    y = rotate(k)
+    safe = torch.where(norm > 0, norm, torch.ones_like(norm))
+    unit = torch.where((norm > 0)[..., None], y / safe[..., None], torch.zeros_like(y))
+    _, bounds = key_codebook(preset, d, k.device)
+    # a coordinate exactly on a boundary takes the upper code, as vLLM's store does
+    codes = torch.searchsorted(bounds, unit.contiguous(), right=True)
+    norm16 = norm.clamp(max=FP16_MAX).to(torch.float16)
+    return pack_codes(codes, preset.key_bits), norm16
+
+
+def dequantize_keys(
+    key_codes: torch.Tensor, key_norm: torch.Tensor | None, preset: Preset, head_dim: int, rotated: bool = False
+) -> torch.Tensor:
+    """Inverse of :func:`quantize_keys` in float32; ``rotated=True`` skips the final H."""
+    if preset.key_is_fp8:
+        return key_codes.contiguous().view(torch.float8_e4m3fn).float()
+    cent, _ = key_codebook(preset, head_dim, key_codes.device)
+    c = cent[unpack_codes(key_codes, preset.key_bits, head_dim)]
+    if preset.norm_correction:
+        cn = torch.linalg.vector_norm(c, dim=-1, keepdim=True)
+        c = c / cn
+    k_rot = key_norm.float()[..., None] * c
+    return k_rot if rotated else rotate(k_rot)
+
+
+def quantize_values(value: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Values ``[..., d]`` -> (packed codes, fp16 scale, fp16 zero)."""
+    v = value.float()
+    levels = (1 << bits) - 1
+    vmin = v.amin(-1)
+    vmax = v.amax(-1)
+    scale16 = ((vmax - vmin) / levels).clamp(max=FP16_MAX).to(torch.float16)
+    zero16 = vmin.clamp(-FP16_MAX, FP16_MAX).to(torch.float16)
+    scale = scale16.float()[..., None]
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = torch.floor((v - zero16.float()[..., None]) / safe + 0.5).clamp(0, levels)
+    q = torch.where(scale > 0, q, torch.zeros_like(q))
+    return pack_codes(q.to(torch.int32), bits), scale16, zero16
+
+
+def dequantize_values(
+    value_codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int, head_dim: int
+) -> torch.Tensor:
+    q = unpack_codes(value_codes, bits, head_dim).float()
+    return zero.float()[..., None] + q * scale.float()[..., None]
+
+
+def encode_fields(key: torch.Tensor, value: torch.Tensor, preset: str | Preset) -> EncodedKV:
+    """Encode ``key``/``value`` ``[N, H, d]`` into separate fields (no validation)."""
+    p = get_preset(preset)
+    kc, kn = quantize_keys(key, p)
+    vc, vs, vz = quantize_values(value, p.value_bits)
+    return EncodedKV(kc, kn, vc, vs, vz)
+
+
+def decode_fields(
+    fields: EncodedKV, preset: str | Preset, head_dim: int, rotated: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    p = get_preset(preset)
+    k = dequantize_keys(fields.key_codes, fields.key_norm, p, head_dim, rotated=rotated)
+    v = dequantize_values(fields.value_codes, fields.value_scale, fields.value_zero, p.value_bits, head_dim)
+    return k, v
+
+
+def fields_to_slots(fields: EncodedKV, preset: str | Preset, head_dim: int) -> torch.Tensor:
+    """Arrange fields as vLLM's slots: uint8 ``[N, H, slot_size_aligned]`` (pad bytes zero)."""
+    lay = get_preset(preset).layout(head_dim)
+    n, h = fields.key_codes.shape[:2]
+    out = torch.zeros(n, h, lay.slot_size_aligned, dtype=torch.uint8, device=fields.key_codes.device)
+    out[..., lay.key_offset : lay.key_offset + lay.key_code_bytes] = fields.key_codes
+    if lay.norm_offset is not None:
+        out[..., lay.norm_offset : lay.norm_offset + 2] = _as_fp16_bytes(fields.key_norm)
+    out[..., lay.value_offset : lay.value_offset + lay.value_code_bytes] = fields.value_codes
+    out[..., lay.scale_offset : lay.scale_offset + 2] = _as_fp16_bytes(fields.value_scale)
+    out[..., lay.zero_offset : lay.zero_offset + 2] = _as_fp16_bytes(fields.value_zero)
+    return out
+
+
+def slots_to_fields(slots: torch.Tensor, preset: str | Preset, head_dim: int) -> EncodedKV:
+    lay = get_preset(preset).layout(head_dim)
+    norm = None
+    if lay.norm_offset is not None:
+        norm = _from_fp16_bytes(slots[..., lay.norm_offset : lay.norm_offset + 2])
+    return EncodedKV(
+        key_codes=slots[..., lay.key_offset : lay.key_offset + lay.key_code_bytes],
+        key_norm=norm,
+        value_codes=slots[..., lay.value_offset : lay.value_offset + lay.value_code_bytes],
+        value_scale=_from_fp16_bytes(slots[..., lay.scale_offset : lay.scale_offset + 2]),
+        value_zero=_from_fp16_bytes(slots[..., lay.zero_offset : lay.zero_offset + 2]),
+    )

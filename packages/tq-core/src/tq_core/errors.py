@@ -1,0 +1,51 @@
+"""Exceptions raised by every tq package.
+
+All argument errors derive from both :class:`TQError` and :class:`ValueError`, so callers
+can catch either the project-wide base or the builtin they already expect.
+"""
+
+from __future__ import annotations
+
+
+class TQError(Exception):
+    """Base class of every error raised by tq."""
+
+
+class PresetError(TQError, ValueError):
+    """Unknown preset name or a head_dim the preset does not support."""
+
+
+class ShapeError(TQError, ValueError):
+    """A tensor has the wrong rank or size."""
+
+
+class DtypeError(TQError, ValueError):
+    """A tensor has the wrong dtype."""
+
+
+class DeviceError(TQError, ValueError):
+    """Tensors are on different devices, or on a device the implementation cannot use."""
+
+
+class LayoutError(TQError, ValueError):
+    """A cache tensor's memory layout cannot hold tq's paged arrangement."""
+
+
+class RangeError(TQError, ValueError):
+    """Metadata points outside the cache: slot, block id, sequence or query length."""
+
+
+class BackendUnavailableError(TQError, RuntimeError):
+    """An implementation (Triton, SYCL, vLLM) is not usable in this environment."""
+
+
+__all__ = [
+    "BackendUnavailableError",
+    "DeviceError",
+    "DtypeError",
+    "LayoutError",
+    "PresetError",
+    "RangeError",
+    "ShapeError",
+    "TQError",
+]

@@ -1,0 +1,122 @@
+"""tq's paged cache: field views, the reference ``store``, and vLLM interchange.
+
+The cache tensor has vLLM's shape ``[num_blocks, block_size, num_kv_heads, slot]``;
+only the bytes inside each block are arranged differently (see :class:`BlockLayout`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from .checks import check_cache, check_store_args, check_tensor
+from .codec import EncodedKV, _as_fp16_bytes, _from_fp16_bytes, encode_fields, fields_to_slots, slots_to_fields
+from .layout import BlockLayout
+from .presets import Preset, get_preset
+
+
+class BlockFields(NamedTuple):
+    """Views into a paged cache, each ``[num_blocks, num_kv_heads, block_size, bytes]`` uint8."""
+
+    key: torch.Tensor
+    norm: torch.Tensor | None
+    value: torch.Tensor
+    scale: torch.Tensor
+    zero: torch.Tensor
+
+
+def block_fields(kv_cache: torch.Tensor, lay: BlockLayout) -> BlockFields:
+    """Writable views of every field of tq's block arrangement (no copies)."""
+    nb = kv_cache.shape[0]
+    # the block's bytes are one dense range whatever the logical order of its dims
+    flat = torch.as_strided(kv_cache, (nb, lay.block_bytes), (kv_cache.stride(0), 1))
+    region = flat.view(nb, lay.num_kv_heads, lay.head_stride)
+    b = lay.block_size
+
+    def field(offset: int, width: int) -> torch.Tensor:
+        return region[:, :, offset : offset + b * width].view(nb, lay.num_kv_heads, b, width)
+
+    return BlockFields(
+        key=field(lay.key_offset, lay.key_code_bytes),
+        norm=None if lay.norm_offset is None else field(lay.norm_offset, 2),
+        value=field(lay.value_offset, lay.value_code_bytes),
+        scale=field(lay.scale_offset, 2),
+        zero=field(lay.zero_offset, 2),
+    )
+
+
+def write_fields(views: BlockFields, blocks: torch.Tensor, offsets: torch.Tensor, enc: EncodedKV) -> None:
+    """Write encoded tokens ``enc`` (leading dims ``[n, H]``) at (block, offset) pairs."""
+    views.key[blocks, :, offsets] = enc.key_codes
+    if views.norm is not None:
+        views.norm[blocks, :, offsets] = _as_fp16_bytes(enc.key_norm)
+    views.value[blocks, :, offsets] = enc.value_codes
+    views.scale[blocks, :, offsets] = _as_fp16_bytes(enc.value_scale)
+    views.zero[blocks, :, offsets] = _as_fp16_bytes(enc.value_zero)
+
+
+def read_fields(views: BlockFields, blocks: torch.Tensor, offsets: torch.Tensor) -> EncodedKV:
+    """Gather encoded tokens at (block, offset) pairs; result has leading dims ``[n, H]``."""
+    return EncodedKV(
+        key_codes=views.key[blocks, :, offsets],
+        key_norm=None if views.norm is None else _from_fp16_bytes(views.norm[blocks, :, offsets]),
+        value_codes=views.value[blocks, :, offsets],
+        value_scale=_from_fp16_bytes(views.scale[blocks, :, offsets]),
+        value_zero=_from_fp16_bytes(views.zero[blocks, :, offsets]),
+    )
+
+
+def store(
+    key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor, preset: str | Preset
+) -> None:
+    """Encode ``key``/``value`` ``[num_tokens, num_kv_heads, head_dim]`` into ``kv_cache``.
+
+    Token ``i`` goes to slot ``slot_mapping[i]`` (block ``slot // block_size``, offset
+    ``slot % block_size``); negative entries are padding and are skipped.
+    """
+    args = check_store_args(key, value, kv_cache, slot_mapping, preset)
+    idx = torch.nonzero(slot_mapping >= 0).squeeze(1)
+    if idx.numel() == 0:
+        return
+    slots = slot_mapping[idx].long()
+    enc = encode_fields(key[idx], value[idx], args.preset)
+    bs = args.layout.block_size
+    write_fields(block_fields(kv_cache, args.layout), slots // bs, slots % bs, enc)
+
+
+def _all_positions(kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    nb, bs = kv_cache.shape[:2]
+    ids = torch.arange(nb * bs, device=kv_cache.device)
+    return ids // bs, ids % bs
+
+
+def to_vllm_cache(kv_cache: torch.Tensor, preset: str | Preset) -> torch.Tensor:
+    """A new cache tensor with the same content in vLLM's per-slot arrangement.
+
+    Every field byte is carried over exactly; padding bytes of the result are zero.
+    """
+    p = get_preset(preset)
+    check_tensor(kv_cache, "kv_cache", ndim=4)
+    lay = check_cache(kv_cache, p)
+    nb, bs, h, _ = kv_cache.shape
+    blocks, offs = _all_positions(kv_cache)
+    enc = read_fields(block_fields(kv_cache, lay), blocks, offs)
+    slots = fields_to_slots(enc, p, lay.head_dim)
+    return slots.view(nb, bs, h, -1)
+
+
+def from_vllm_cache(kv_cache: torch.Tensor, preset: str | Preset) -> torch.Tensor:
+    """A new cache tensor in tq's block arrangement from a cache in vLLM's per-slot one.
+
+    Inverse of :func:`to_vllm_cache`; padding bytes of the result are zero.
+    """
+    p = get_preset(preset)
+    check_tensor(kv_cache, "kv_cache", ndim=4)
+    lay = check_cache(kv_cache, p)
+    nb, bs, h, s = kv_cache.shape
+    enc = slots_to_fields(kv_cache.reshape(nb * bs, h, s), p, lay.head_dim)
+    out = torch.zeros((nb, bs, h, s), dtype=torch.uint8, device=kv_cache.device)
+    blocks, offs = _all_positions(kv_cache)
+    write_fields(block_fields(out, lay), blocks, offs, enc)
+    return out
