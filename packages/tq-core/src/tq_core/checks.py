@@ -68,7 +68,8 @@ def head_dim_for_slot(preset: Preset, slot_size_aligned: int) -> int:
             return d
     sizes = {d: preset.layout(d).slot_size_aligned for d in SUPPORTED_HEAD_DIMS}
     raise ShapeError(
-        f"kv_cache: last dim {slot_size_aligned} is no {preset.name} slot size; expected one of {sizes} (head_dim: bytes)"
+        f"kv_cache: last dim {slot_size_aligned} is no {preset.name} slot size; "
+        f"expected one of {sizes} (head_dim: bytes)"
     )
 
 

@@ -17,6 +17,7 @@ The shipped table (``data/codebooks.json``) is produced by :func:`build_table`;
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ class Codebook:
     @property
     def boundaries(self) -> tuple[float, ...]:
         c = self.centroids
-        return tuple((a + b) / 2 for a, b in zip(c[:-1], c[1:], strict=True))
+        return tuple((a + b) / 2 for a, b in itertools.pairwise(c))
 
 
 def _density(source: str, d: int | None) -> tuple[np.ndarray, np.ndarray]:
