@@ -1,0 +1,20 @@
+"""Triton helper: the Walsh-Hadamard transform of tile rows, by butterflies in registers."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def fwht_rows(x, T: tl.constexpr, D: tl.constexpr, LOG2_D: tl.constexpr):
+    """Unnormalised Sylvester Hadamard of each row of float32 ``x`` ``[T, D]`` (multiply by
+    ``1/sqrt(D)`` for the orthonormal transform)."""
+    for stage in tl.static_range(LOG2_D):
+        H: tl.constexpr = 1 << stage
+        # pairs (i, i + H) inside blocks of 2H: view the row as [block, half, k]
+        y = tl.permute(x.reshape(T, D // (2 * H), 2, H), (0, 1, 3, 2))
+        a, b = tl.split(y)
+        y = tl.join(a + b, a - b)
+        x = tl.permute(y, (0, 1, 3, 2)).reshape(T, D)
+    return x

@@ -1,0 +1,22 @@
+"""Small per-device constant tensors the kernels read (codebooks), cached per device."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from tq_core import Preset, key_codebook
+
+
+@functools.cache
+def codebook(preset: Preset, head_dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(centroids, boundaries) float32 on ``device``, scaled by 1/sqrt(head_dim)."""
+    cent, bounds = key_codebook(preset, head_dim, "cpu")
+    return cent.to(device), bounds.to(device)
+
+
+@functools.cache
+def dummy(device: torch.device) -> torch.Tensor:
+    """A placeholder pointer argument for kernels specialised not to read it."""
+    return torch.zeros(1, dtype=torch.float32, device=device)

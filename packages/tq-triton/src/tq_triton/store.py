@@ -1,0 +1,172 @@
+"""Fused store: encode new keys and values and write them into tq's paged layout.
+
+One program encodes ``BLOCK_T`` tokens of one kv head: key norm, Hadamard rotation,
+codebook search (or saturating fp8 cast), bit packing, value min/max quantisation, and
+writes each field into its block's per-head field run. Byte-identical to
+``tq_core.store`` except for codes that sit on a rounding boundary.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from tq_core import Preset
+from tq_core.checks import check_store_args, debug_enabled
+
+from ._bits import store_codes
+from ._rotation import fwht_rows
+from .constants import codebook, dummy
+from .device import check_runnable
+from .tuning import store_config
+
+FP16_MAX = 65504.0
+FP8_MAX = 448.0
+
+
+@triton.jit
+def _fp8_e4m3_bits(x):
+    """float32 -> float8 e4m3fn bit patterns, round-half-even, saturating at ±448.
+
+    Done with integer arithmetic because backends disagree on the cast (the interpreter
+    rounds some values a binade low; not every Xe target has a native conversion).
+    """
+    a = tl.minimum(tl.abs(x), FP8_MAX)
+    bits = a.to(tl.int32, bitcast=True)
+    # round the 23-bit mantissa to 3 bits, half to even; a carry moves into the exponent
+    r = (bits + 0x7FFFF + ((bits >> 20) & 1)) >> 20
+    normal = r - (120 << 3)  # rebias the exponent from 127 to 7
+    # below 2^-6 e4m3 is subnormal with step 2^-9; adding 2^23 rounds half to even
+    sub = ((a * 512.0 + 8388608.0) - 8388608.0).to(tl.int32)
+    code = tl.where(a < 0.015625, sub, normal)
+    code = code | tl.where(x.to(tl.int32, bitcast=True) < 0, 0x80, 0)
+    return code.to(tl.uint8)
+
+
+@triton.jit
+def _store_kernel(
+    K,
+    V,
+    Cache,
+    SlotMapping,
+    Bounds,
+    num_tokens,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_blk,
+    BLOCK_SIZE: tl.constexpr,
+    HEAD_STRIDE: tl.constexpr,
+    KEY_OFF: tl.constexpr,
+    KEY_BYTES: tl.constexpr,
+    NORM_OFF: tl.constexpr,
+    VAL_OFF: tl.constexpr,
+    VAL_BYTES: tl.constexpr,
+    SCALE_OFF: tl.constexpr,
+    ZERO_OFF: tl.constexpr,
+    D: tl.constexpr,
+    LOG2_D: tl.constexpr,
+    KEY_FP8: tl.constexpr,
+    KBITS: tl.constexpr,
+    VBITS: tl.constexpr,
+    NUM_BOUNDS: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+):
+    pid_t = tl.program_id(0)
+    h = tl.program_id(1).to(tl.int64)
+    t = pid_t.to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
+    slot = tl.load(SlotMapping + t, mask=t < num_tokens, other=-1).to(tl.int64)
+    ok = slot >= 0
+    slot = tl.where(ok, slot, 0)
+    off = slot % BLOCK_SIZE
+    base = Cache + (slot // BLOCK_SIZE) * stride_blk + h * HEAD_STRIDE
+    d = tl.arange(0, D)
+
+    k = tl.load(K + t[:, None] * stride_kt + h * stride_kh + d[None, :], mask=ok[:, None], other=0.0).to(tl.float32)
+    if KEY_FP8:
+        k8 = _fp8_e4m3_bits(k)
+        tl.store(base[:, None] + KEY_OFF + off[:, None] * KEY_BYTES + d[None, :], k8, mask=ok[:, None])
+    else:
+        norm = tl.sqrt(tl.sum(k * k, axis=1))
+        y = fwht_rows(k, BLOCK_T, D, LOG2_D)
+        # y is sqrt(D) * (H k); the unit vector's coordinate is y / (sqrt(D) * norm)
+        inv = tl.where(norm > 0, 1.0 / (norm * tl.sqrt(D * 1.0)), 0.0)
+        u = y * inv[:, None]
+        codes = tl.zeros((BLOCK_T, D), dtype=tl.uint32)
+        for j in tl.static_range(NUM_BOUNDS):
+            # a coordinate on a boundary takes the upper code (vLLM's rule)
+            codes += (u >= tl.load(Bounds + j)).to(tl.uint32)
+        kptr = (base + KEY_OFF + off * KEY_BYTES).to(tl.pointer_type(tl.int32))
+        store_codes(kptr, ok, codes, KBITS, D, BLOCK_T)
+        nptr = (base + NORM_OFF + off * 2).to(tl.pointer_type(tl.float16))
+        tl.store(nptr, tl.minimum(norm, FP16_MAX).to(tl.float16), mask=ok)
+
+    v = tl.load(V + t[:, None] * stride_vt + h * stride_vh + d[None, :], mask=ok[:, None], other=0.0).to(tl.float32)
+    LEVELS: tl.constexpr = (1 << VBITS) - 1
+    vmin = tl.min(v, axis=1)
+    vmax = tl.max(v, axis=1)
+    scale16 = tl.minimum((vmax - vmin) / LEVELS, FP16_MAX).to(tl.float16)
+    zero16 = tl.minimum(tl.maximum(vmin, -FP16_MAX), FP16_MAX).to(tl.float16)
+    scale = scale16.to(tl.float32)
+    safe = tl.where(scale > 0, scale, 1.0)
+    q = tl.floor((v - zero16.to(tl.float32)[:, None]) / safe[:, None] + 0.5)
+    q = tl.minimum(tl.maximum(q, 0.0), LEVELS * 1.0)
+    q = tl.where(scale[:, None] > 0, q, 0.0)
+    vptr = (base + VAL_OFF + off * VAL_BYTES).to(tl.pointer_type(tl.int32))
+    store_codes(vptr, ok, q.to(tl.uint32), VBITS, D, BLOCK_T)
+    tl.store((base + SCALE_OFF + off * 2).to(tl.pointer_type(tl.float16)), scale16, mask=ok)
+    tl.store((base + ZERO_OFF + off * 2).to(tl.pointer_type(tl.float16)), zero16, mask=ok)
+
+
+def store(
+    key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor, preset: str | Preset
+) -> None:
+    """Encode ``key``/``value`` ``[num_tokens, num_kv_heads, head_dim]`` into ``kv_cache`` at
+    ``slot_mapping`` (negative entries skipped). Same contract as ``tq_core.store``."""
+    args = check_store_args(key, value, kv_cache, slot_mapping, preset, check_values=debug_enabled())
+    check_runnable(key.device)
+    n, h, d = key.shape
+    if n == 0:
+        return
+    if key.stride(2) != 1:
+        key = key.contiguous()
+    if value.stride(2) != 1:
+        value = value.contiguous()
+    p, lay = args.preset, args.layout
+    bounds = dummy(key.device) if p.key_is_fp8 else codebook(p, d, key.device)[1]
+    cfg = store_config(key.device, p.name)
+    grid = (triton.cdiv(n, cfg.block_t), h)
+    _store_kernel[grid](
+        key,
+        value,
+        kv_cache,
+        slot_mapping,
+        bounds,
+        n,
+        key.stride(0),
+        key.stride(1),
+        value.stride(0),
+        value.stride(1),
+        kv_cache.stride(0),
+        BLOCK_SIZE=lay.block_size,
+        HEAD_STRIDE=lay.head_stride,
+        KEY_OFF=lay.key_offset,
+        KEY_BYTES=lay.key_code_bytes,
+        NORM_OFF=lay.norm_offset or 0,
+        VAL_OFF=lay.value_offset,
+        VAL_BYTES=lay.value_code_bytes,
+        SCALE_OFF=lay.scale_offset,
+        ZERO_OFF=lay.zero_offset,
+        D=d,
+        LOG2_D=int(math.log2(d)),
+        KEY_FP8=p.key_is_fp8,
+        KBITS=p.key_bits,
+        VBITS=p.value_bits,
+        NUM_BOUNDS=0 if p.key_is_fp8 else (1 << p.key_bits) - 1,
+        BLOCK_T=cfg.block_t,
+        num_warps=cfg.num_warps,
+    )

@@ -1,0 +1,188 @@
+"""Launch parameters from per-device tables, with validated environment overrides.
+
+Lookup order for an attention launch on device ``dev`` with preset ``p`` and query
+bucket ``b`` (``q1``, ``q2``, ``q4``, ``q8``, ``q16``: the padded query tokens per program):
+built-in defaults, then the first table whose ``match`` substrings occur in the device
+name (user tables in ``$TQ_TUNING_DIR`` or ``~/.cache/tq/tuning`` before the shipped
+ones), reading ``attention.default["*"]``, ``attention.default[b]``, ``attention[p]["*"]``,
+``attention[p][b]`` in that order, then ``TQ_BLOCK_KV``, ``TQ_NUM_WARPS``,
+``TQ_NUM_STAGES``, ``TQ_NUM_KV_SPLITS`` from the environment.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from dataclasses import dataclass, fields, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tq_core import TQError
+
+from .device import device_key
+
+
+class TuningError(TQError, ValueError):
+    """A malformed tuning table or environment override."""
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    block_kv: int = 64
+    num_warps: int = 4
+    num_stages: int = 2
+    # 0: choose from the grid size so that about ``waves`` programs per multiprocessor run
+    kv_splits: int = 0
+    waves: int = 4
+    max_kv_splits: int = 64
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    block_t: int = 16
+    num_warps: int = 4
+
+
+_POW2 = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
+_LIMITS: dict[str, tuple[int, int, bool]] = {
+    # name: (min, max, power of two required)
+    "block_kv": (16, 256, True),
+    "num_warps": (1, 32, True),
+    "num_stages": (1, 8, False),
+    "kv_splits": (0, 1024, False),
+    "waves": (1, 64, False),
+    "max_kv_splits": (1, 1024, False),
+    "block_t": (16, 128, True),
+}
+ENV_OVERRIDES = {
+    "TQ_BLOCK_KV": "block_kv",
+    "TQ_NUM_WARPS": "num_warps",
+    "TQ_NUM_STAGES": "num_stages",
+    "TQ_NUM_KV_SPLITS": "kv_splits",
+}
+
+
+def _validate(name: str, value: Any, where: str) -> int:
+    lo, hi, pow2 = _LIMITS[name]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TuningError(f"{where}: {name}={value!r} is not an integer")
+    if not lo <= value <= hi or (pow2 and value not in _POW2):
+        kind = "a power of two " if pow2 else ""
+        raise TuningError(f"{where}: {name}={value} must be {kind}in [{lo}, {hi}]")
+    return value
+
+
+def _apply(cfg: Any, entry: dict[str, Any] | None, where: str) -> Any:
+    if not entry:
+        return cfg
+    known = {f.name for f in fields(cfg)}
+    updates = {}
+    for k, v in entry.items():
+        if k not in known:
+            continue  # entries may carry fields for other config kinds or notes
+        updates[k] = _validate(k, v, where)
+    return replace(cfg, **updates)
+
+
+def user_table_dir() -> Path:
+    return Path(os.environ.get("TQ_TUNING_DIR", Path.home() / ".cache" / "tq" / "tuning"))
+
+
+def _load(path: Path | Any) -> dict[str, Any]:
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TuningError(f"tuning table {path}: {exc}") from exc
+    if not isinstance(table, dict) or not isinstance(table.get("match"), list):
+        raise TuningError(f"tuning table {path}: expected an object with a 'match' list")
+    table["_path"] = str(path)
+    return table
+
+
+@functools.cache
+def _tables(user_dir: str) -> tuple[dict[str, Any], ...]:
+    found: list[dict[str, Any]] = []
+    udir = Path(user_dir)
+    if udir.is_dir():
+        found += [_load(p) for p in sorted(udir.glob("*.json"))]
+    shipped = resources.files("tq_triton").joinpath("tuning_tables")
+    found += [_load(p) for p in sorted(shipped.iterdir(), key=lambda p: p.name) if p.name.endswith(".json")]
+    return tuple(found)
+
+
+def table_for(device_name: str) -> dict[str, Any] | None:
+    """The first table (user tables first) whose ``match`` substrings occur in ``device_name``."""
+    for t in _tables(str(user_table_dir())):
+        if any(m.lower() in device_name.lower() for m in t["match"]):
+            return t
+    return None
+
+
+def clear_cache() -> None:
+    """Forget loaded tables (after ``tq sweep`` wrote a new one)."""
+    _tables.cache_clear()
+    _attention_cached.cache_clear()
+    _store_cached.cache_clear()
+
+
+def q_bucket(block_q: int) -> str:
+    return f"q{block_q}"
+
+
+def _env_overrides() -> tuple[tuple[str, int], ...]:
+    out = []
+    for var, name in ENV_OVERRIDES.items():
+        raw = os.environ.get(var)
+        if raw is None or raw == "":
+            continue
+        try:
+            val = int(raw)
+        except ValueError:
+            raise TuningError(f"environment {var}={raw!r} is not an integer") from None
+        out.append((name, _validate(name, val, f"environment {var}")))
+    return tuple(out)
+
+
+@functools.cache
+def _attention_cached(dev_name: str, preset: str, bucket: str, env: tuple[tuple[str, int], ...]) -> AttentionConfig:
+    cfg = AttentionConfig()
+    t = table_for(dev_name)
+    if t is not None:
+        att = t.get("attention", {})
+        where = t["_path"]
+        for section in ("default", preset):
+            sec = att.get(section, {})
+            cfg = _apply(cfg, sec.get("*"), where)
+            cfg = _apply(cfg, sec.get(bucket), where)
+    return _apply(cfg, dict(env), "environment")
+
+
+def attention_config(device: torch.device, preset: str, block_q: int) -> AttentionConfig:
+    return _attention_cached(device_key(device), preset, q_bucket(block_q), _env_overrides())
+
+
+@functools.cache
+def _store_cached(dev_name: str, preset: str) -> StoreConfig:
+    cfg = StoreConfig()
+    t = table_for(dev_name)
+    if t is not None:
+        st = t.get("store", {})
+        cfg = _apply(cfg, st.get("*"), t["_path"])
+        cfg = _apply(cfg, st.get(preset), t["_path"])
+    return cfg
+
+
+def store_config(device: torch.device, preset: str) -> StoreConfig:
+    return _store_cached(device_key(device), preset)
+
+
+def launch_options(device: torch.device) -> dict[str, Any]:
+    """Backend-specific launch keywords (e.g. Intel's ``grf_mode``) from the device's table."""
+    t = table_for(device_key(device))
+    if t is None or device.type != "xpu":
+        return {}
+    return dict(t.get("xpu_launch_options", {}))
