@@ -101,7 +101,13 @@ def check_cache(
             "(the block stride is free; vLLM's [num_blocks, block_size, heads, slot] and its transposed "
             "head-major view both qualify)"
         )
-    return preset.block_layout(head_dim, bs, h)
+    lay = preset.block_layout(head_dim, bs, h)
+    if nb > 1 and kv.stride(0) < lay.block_bytes:
+        raise LayoutError(
+            f"kv_cache: block stride {kv.stride(0)} is smaller than a block's {lay.block_bytes} bytes, "
+            "so blocks would overlap (an expanded or aliased view?)"
+        )
+    return lay
 
 
 def _check_floating_pair(key: torch.Tensor, value: torch.Tensor) -> None:
@@ -188,7 +194,7 @@ def check_attention_args(
     if qsl.shape[0] != r + 1:
         raise ShapeError(f"query_start_loc: has {qsl.shape[0]} entries, expected num_reqs + 1 = {r + 1}")
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
-        raise ValueError(f"scale={scale!r}: expected a finite positive float")
+        raise RangeError(f"scale={scale!r}: expected a finite positive float")
     if out is not None:
         o = check_tensor(out, "out", ndim=3, dtypes=FLOAT_DTYPES, device=dev)
         if o.shape != q.shape:

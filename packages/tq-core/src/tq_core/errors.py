@@ -32,7 +32,8 @@ class LayoutError(TQError, ValueError):
 
 
 class RangeError(TQError, ValueError):
-    """Metadata points outside the cache: slot, block id, sequence or query length."""
+    """A value out of its range: metadata pointing outside the cache (slot, block id,
+    sequence or query length) or a non-positive attention scale."""
 
 
 class BackendUnavailableError(TQError, RuntimeError):

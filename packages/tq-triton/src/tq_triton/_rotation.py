@@ -11,9 +11,8 @@ def fwht_rows(x, T: tl.constexpr, D: tl.constexpr, LOG2_D: tl.constexpr):
     """Unnormalised Sylvester Hadamard of each row of float32 ``x`` ``[T, D]`` (multiply by
     ``1/sqrt(D)`` for the orthonormal transform)."""
     for stage in tl.static_range(LOG2_D):
-        H: tl.constexpr = 1 << stage
-        # pairs (i, i + H) inside blocks of 2H: view the row as [block, half, k]
-        y = tl.permute(x.reshape(T, D // (2 * H), 2, H), (0, 1, 3, 2))
+        # pairs (i, i + h) inside blocks of 2h, h = 2**stage: view the row as [block, half, k]
+        y = tl.permute(x.reshape(T, D >> (stage + 1), 2, 1 << stage), (0, 1, 3, 2))
         a, b = tl.split(y)
         y = tl.join(a + b, a - b)
         x = tl.permute(y, (0, 1, 3, 2)).reshape(T, D)

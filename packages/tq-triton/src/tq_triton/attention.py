@@ -20,7 +20,7 @@ import triton.language as tl
 from tq_core import Preset
 from tq_core.checks import check_attention_args, debug_enabled
 
-from ._bits import load_codes
+from ._bits import load_words, unpack
 from ._rotation import fwht_rows
 from .constants import codebook, dummy
 from .device import check_runnable, multiprocessor_count
@@ -29,6 +29,120 @@ from .workspace import buffer
 
 LOG2E = 1.4426950408889634
 MAX_BLOCK_M = 128
+
+
+@triton.jit
+def _tile_block_ids(bt_row, start, hi, BLOCK_KV: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    pos = start + tl.arange(0, BLOCK_KV)
+    return tl.load(bt_row + pos // BLOCK_SIZE, mask=pos < hi, other=0).to(tl.int64)
+
+
+@triton.jit
+def _load_tile(
+    head_base,
+    blk,
+    start,
+    hi,
+    stride_blk,
+    BLOCK_KV: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    KEY_OFF: tl.constexpr,
+    KEY_BYTES: tl.constexpr,
+    NORM_OFF: tl.constexpr,
+    VAL_OFF: tl.constexpr,
+    VAL_BYTES: tl.constexpr,
+    SCALE_OFF: tl.constexpr,
+    ZERO_OFF: tl.constexpr,
+    KEY_FP8: tl.constexpr,
+    KBITS: tl.constexpr,
+    VBITS: tl.constexpr,
+):
+    """Issue the loads of one K/V tile (raw packed words; decoding happens later)."""
+    pos = start + tl.arange(0, BLOCK_KV)
+    ok = pos < hi
+    base = head_base + blk * stride_blk
+    off = (pos % BLOCK_SIZE).to(tl.int64)
+    if KEY_FP8:
+        d = tl.arange(0, D)
+        k0 = tl.load(base[:, None] + KEY_OFF + off[:, None] * KEY_BYTES + d[None, :], mask=ok[:, None], other=0)
+        k1 = k0
+        k2 = k0
+        kn = tl.zeros((BLOCK_KV,), dtype=tl.float16)
+    else:
+        k0, k1, k2 = load_words((base + KEY_OFF + off * KEY_BYTES).to(tl.pointer_type(tl.int32)), ok, KBITS, D)
+        kn = tl.load((base + NORM_OFF + off * 2).to(tl.pointer_type(tl.float16)), mask=ok, other=0.0)
+    v0, v1, v2 = load_words((base + VAL_OFF + off * VAL_BYTES).to(tl.pointer_type(tl.int32)), ok, VBITS, D)
+    vs = tl.load((base + SCALE_OFF + off * 2).to(tl.pointer_type(tl.float16)), mask=ok, other=0.0)
+    vz = tl.load((base + ZERO_OFF + off * 2).to(tl.pointer_type(tl.float16)), mask=ok, other=0.0)
+    return k0, k1, k2, kn, v0, v1, v2, vs, vz
+
+
+@triton.jit
+def _attend_tile(
+    q16,
+    m_i,
+    l_i,
+    acc,
+    row_ok,
+    row_pos,
+    start,
+    hi,
+    ck0,
+    ck1,
+    ck2,
+    ckn,
+    cv0,
+    cv1,
+    cv2,
+    cvs,
+    cvz,
+    Centroids,
+    BLOCK_KV: tl.constexpr,
+    D: tl.constexpr,
+    KEY_FP8: tl.constexpr,
+    KBITS: tl.constexpr,
+    VBITS: tl.constexpr,
+    NORM_CORRECTION: tl.constexpr,
+):
+    """Decode one loaded K/V tile and fold it into the online softmax state."""
+    pos = start + tl.arange(0, BLOCK_KV)
+    if KEY_FP8:
+        k16 = ck0.to(tl.float8e4nv, bitcast=True).to(tl.float16)
+        s = tl.dot(q16, tl.trans(k16))
+    else:
+        k16 = tl.load(Centroids + unpack(ck0, ck1, ck2, KBITS, BLOCK_KV, D))
+        s = tl.dot(q16, tl.trans(k16))
+        knorm = ckn.to(tl.float32)
+        if NORM_CORRECTION:
+            kf = k16.to(tl.float32)
+            cn2 = tl.sum(kf * kf, axis=1)
+            knorm = tl.where(cn2 > 0, knorm / tl.sqrt(cn2), 0.0)
+        s = s * knorm[None, :]
+
+    visible = row_ok[:, None] & (pos[None, :] < hi) & (pos[None, :] <= row_pos[:, None])
+    s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    # a row that has seen nothing yet keeps m = -inf; shift by 0 to avoid inf - inf
+    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_ref)
+    p = tl.exp2(s - m_ref[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+
+    # value codes become the fp16 numbers 1 + code / 2^VBITS by setting bits only;
+    # sum_t p_t (zero_t + code_t scale_t) then follows from one matrix product with the
+    # scales folded into the probabilities (normalised by the tile's largest scale)
+    vc = unpack(cv0, cv1, cv2, VBITS, BLOCK_KV, D)
+    v16 = ((vc << (10 - VBITS)) | 0x3C00).to(tl.uint16).to(tl.float16, bitcast=True)
+    vscale = cvs.to(tl.float32)
+    smax = tl.max(vscale, axis=0)
+    smax = tl.where(smax > 0, smax, 1.0)
+    pw = (p * (vscale / smax)[None, :]).to(tl.float16)
+    pv = tl.dot(pw, v16) - tl.sum(pw.to(tl.float32), axis=1)[:, None]
+    zsum = tl.sum(p * cvz.to(tl.float32)[None, :], axis=1)
+    acc = acc * alpha[:, None] + pv * (smax * (1 << VBITS)) + zsum[:, None]
+    m_i = m_new
+    return m_i, l_i, acc
 
 
 @triton.jit
@@ -70,6 +184,8 @@ def _attention_kernel(
     KBITS: tl.constexpr,
     VBITS: tl.constexpr,
     NORM_CORRECTION: tl.constexpr,
+    PREFETCH: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
 ):
     r = tl.program_id(0)
     h = tl.program_id(1)
@@ -89,7 +205,6 @@ def _attention_kernel(
     g = m_idx % G_PAD
     head = h * G + g
     d = tl.arange(0, D)
-    kv_idx = tl.arange(0, BLOCK_KV)
     head_base = Cache + h.to(tl.int64) * HEAD_STRIDE
     bt_row = BlockTable + r.to(tl.int64) * stride_bt
 
@@ -112,58 +227,131 @@ def _attention_kernel(
         acc = tl.zeros((BLOCK_M, D), dtype=tl.float32)
         # rows of this query chunk see nothing past the chunk's last position
         hi = tl.minimum(kv_hi, seq_len - q_len + tl.minimum(qc + BLOCK_Q, q_len))
-        for start in range(kv_lo, hi, BLOCK_KV):
-            pos = start + kv_idx
-            p_ok = pos < hi
-            blk = tl.load(bt_row + pos // BLOCK_SIZE, mask=p_ok, other=0).to(tl.int64)
-            base = head_base + blk * stride_blk
-            off = (pos % BLOCK_SIZE).to(tl.int64)
 
-            if KEY_FP8:
-                kb = tl.load(
-                    base[:, None] + KEY_OFF + off[:, None] * KEY_BYTES + d[None, :], mask=p_ok[:, None], other=0
-                )
-                k16 = kb.to(tl.float8e4nv, bitcast=True).to(tl.float16)
-                s = tl.dot(q16, tl.trans(k16))
-            else:
-                codes = load_codes(
-                    (base + KEY_OFF + off * KEY_BYTES).to(tl.pointer_type(tl.int32)), p_ok, KBITS, D, BLOCK_KV
-                )
-                c = tl.load(Centroids + codes)
-                norm = tl.load((base + NORM_OFF + off * 2).to(tl.pointer_type(tl.float16)), mask=p_ok, other=0.0).to(
-                    tl.float32
-                )
-                if NORM_CORRECTION:
-                    cn = tl.sqrt(tl.sum(c * c, axis=1))
-                    norm = tl.where(cn > 0, norm / cn, 0.0)
-                s = tl.dot(q16, tl.trans(c.to(tl.float16))) * norm[None, :]
-
-            visible = row_ok[:, None] & p_ok[None, :] & (pos[None, :] <= row_pos[:, None])
-            s = tl.where(visible, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))
-            # a row that has seen nothing yet keeps m = -inf; shift by 0 to avoid inf - inf
-            m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp2(m_i - m_ref)
-            p = tl.exp2(s - m_ref[:, None])
-            l_i = l_i * alpha + tl.sum(p, axis=1)
-
-            vcodes = load_codes(
-                (base + VAL_OFF + off * VAL_BYTES).to(tl.pointer_type(tl.int32)), p_ok, VBITS, D, BLOCK_KV
+        if PREFETCH:
+            # software pipeline by hand: tile i is decoded while tile i+1's bytes and tile i+2's
+            # block ids are in flight
+            blk = _tile_block_ids(bt_row, kv_lo, hi, BLOCK_KV, BLOCK_SIZE)
+            k0, k1, k2, kn, v0, v1, v2, vs, vz = _load_tile(
+                head_base,
+                blk,
+                kv_lo,
+                hi,
+                stride_blk,
+                BLOCK_KV,
+                D,
+                BLOCK_SIZE,
+                KEY_OFF,
+                KEY_BYTES,
+                NORM_OFF,
+                VAL_OFF,
+                VAL_BYTES,
+                SCALE_OFF,
+                ZERO_OFF,
+                KEY_FP8,
+                KBITS,
+                VBITS,
             )
-            vscale = tl.load((base + SCALE_OFF + off * 2).to(tl.pointer_type(tl.float16)), mask=p_ok, other=0.0).to(
-                tl.float32
-            )
-            vzero = tl.load((base + ZERO_OFF + off * 2).to(tl.pointer_type(tl.float16)), mask=p_ok, other=0.0).to(
-                tl.float32
-            )
-            # sum_t p_t (zero_t + code_t * scale_t): scales go into the probabilities
-            # (normalised by the tile's largest so fp16 keeps precision), zeros into a row sum
-            smax = tl.max(vscale, axis=0)
-            smax = tl.where(smax > 0, smax, 1.0)
-            pw = (p * (vscale / smax)[None, :]).to(tl.float16)
-            pv = tl.dot(pw, vcodes.to(tl.float16)) * smax
-            acc = acc * alpha[:, None] + pv + tl.sum(p * vzero[None, :], axis=1)[:, None]
-            m_i = m_new
+            blk = _tile_block_ids(bt_row, kv_lo + BLOCK_KV, hi, BLOCK_KV, BLOCK_SIZE)
+            for start in range(kv_lo, hi, BLOCK_KV):
+                ck0, ck1, ck2, ckn, cv0, cv1, cv2, cvs, cvz = k0, k1, k2, kn, v0, v1, v2, vs, vz
+                k0, k1, k2, kn, v0, v1, v2, vs, vz = _load_tile(
+                    head_base,
+                    blk,
+                    start + BLOCK_KV,
+                    hi,
+                    stride_blk,
+                    BLOCK_KV,
+                    D,
+                    BLOCK_SIZE,
+                    KEY_OFF,
+                    KEY_BYTES,
+                    NORM_OFF,
+                    VAL_OFF,
+                    VAL_BYTES,
+                    SCALE_OFF,
+                    ZERO_OFF,
+                    KEY_FP8,
+                    KBITS,
+                    VBITS,
+                )
+                blk = _tile_block_ids(bt_row, start + 2 * BLOCK_KV, hi, BLOCK_KV, BLOCK_SIZE)
+                m_i, l_i, acc = _attend_tile(
+                    q16,
+                    m_i,
+                    l_i,
+                    acc,
+                    row_ok,
+                    row_pos,
+                    start,
+                    hi,
+                    ck0,
+                    ck1,
+                    ck2,
+                    ckn,
+                    cv0,
+                    cv1,
+                    cv2,
+                    cvs,
+                    cvz,
+                    Centroids,
+                    BLOCK_KV,
+                    D,
+                    KEY_FP8,
+                    KBITS,
+                    VBITS,
+                    NORM_CORRECTION,
+                )
+        else:
+            # plain loads; Triton's pipeliner stages them through shared memory
+            for start in tl.range(kv_lo, hi, BLOCK_KV, num_stages=NUM_STAGES):
+                blk = _tile_block_ids(bt_row, start, hi, BLOCK_KV, BLOCK_SIZE)
+                ck0, ck1, ck2, ckn, cv0, cv1, cv2, cvs, cvz = _load_tile(
+                    head_base,
+                    blk,
+                    start,
+                    hi,
+                    stride_blk,
+                    BLOCK_KV,
+                    D,
+                    BLOCK_SIZE,
+                    KEY_OFF,
+                    KEY_BYTES,
+                    NORM_OFF,
+                    VAL_OFF,
+                    VAL_BYTES,
+                    SCALE_OFF,
+                    ZERO_OFF,
+                    KEY_FP8,
+                    KBITS,
+                    VBITS,
+                )
+                m_i, l_i, acc = _attend_tile(
+                    q16,
+                    m_i,
+                    l_i,
+                    acc,
+                    row_ok,
+                    row_pos,
+                    start,
+                    hi,
+                    ck0,
+                    ck1,
+                    ck2,
+                    ckn,
+                    cv0,
+                    cv1,
+                    cv2,
+                    cvs,
+                    cvz,
+                    Centroids,
+                    BLOCK_KV,
+                    D,
+                    KEY_FP8,
+                    KBITS,
+                    VBITS,
+                    NORM_CORRECTION,
+                )
 
         o = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
         if NUM_SPLITS == 1:
@@ -271,7 +459,7 @@ def attention(
     cfg = attention_config(query.device, p.name, block_q)
     splits = num_kv_splits or plan_splits(cfg, query.device, args.num_reqs, hk)
     dev = query.device
-    cent = dummy(dev) if p.key_is_fp8 else codebook(p, d, dev)[0]
+    cent = dummy(dev) if p.key_is_fp8 else codebook(p, d, dev)[2]
     if splits > 1:
         partial = buffer(dev, "partial", nq * hq * splits * d)
         lse = buffer(dev, "lse", nq * hq * splits)
@@ -315,8 +503,9 @@ def attention(
         KBITS=p.key_bits,
         VBITS=p.value_bits,
         NORM_CORRECTION=p.norm_correction,
+        PREFETCH=cfg.prefetch,
+        NUM_STAGES=cfg.num_stages,
         num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
         **launch_options(dev),
     )
     if splits > 1:

@@ -10,10 +10,13 @@ from tq_core import Preset, key_codebook
 
 
 @functools.cache
-def codebook(preset: Preset, head_dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(centroids, boundaries) float32 on ``device``, scaled by 1/sqrt(head_dim)."""
+def codebook(preset: Preset, head_dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(centroids float32, boundaries float32, centroids float16) on ``device``, scaled by 1/sqrt(head_dim).
+
+    The attention kernels multiply keys in fp16, so they read the fp16 table directly.
+    """
     cent, bounds = key_codebook(preset, head_dim, "cpu")
-    return cent.to(device), bounds.to(device)
+    return cent.to(device), bounds.to(device), cent.to(torch.float16).to(device)
 
 
 @functools.cache

@@ -23,8 +23,8 @@ from .constants import codebook, dummy
 from .device import check_runnable
 from .tuning import store_config
 
-FP16_MAX = 65504.0
-FP8_MAX = 448.0
+FP16_MAX = tl.constexpr(65504.0)
+FP8_MAX = tl.constexpr(448.0)
 
 
 @triton.jit

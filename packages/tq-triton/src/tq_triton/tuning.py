@@ -39,6 +39,8 @@ class AttentionConfig:
     kv_splits: int = 0
     waves: int = 4
     max_kv_splits: int = 64
+    # 1: prefetch the next tile into registers by hand; 0: leave staging to Triton's pipeliner
+    prefetch: int = 1
 
 
 @dataclass(frozen=True)
@@ -57,12 +59,14 @@ _LIMITS: dict[str, tuple[int, int, bool]] = {
     "waves": (1, 64, False),
     "max_kv_splits": (1, 1024, False),
     "block_t": (16, 128, True),
+    "prefetch": (0, 1, False),
 }
 ENV_OVERRIDES = {
     "TQ_BLOCK_KV": "block_kv",
     "TQ_NUM_WARPS": "num_warps",
     "TQ_NUM_STAGES": "num_stages",
     "TQ_NUM_KV_SPLITS": "kv_splits",
+    "TQ_PREFETCH": "prefetch",
 }
 
 

@@ -1,0 +1,340 @@
+"""``tq demo``: accuracy and capacity of every preset on a synthetic, LLM-like KV cache.
+
+Builds a batch of requests (decode, q_len = 1, and speculative verify, q_len = 1 + k)
+over a paged cache with randomly permuted physical blocks, stores the keys and values
+with each preset through ``store`` and runs ``attention`` on the compressed cache. It
+reports, per format:
+
+- bytes per token and kv head (key + value) and the capacity ratio vs a bf16 cache;
+- key MSE: E||x - x_hat||^2 of the unit key x = k/||k|| as attention sees it (decoded
+  from the cache), next to the Gaussian-codebook figure for random unit vectors;
+- value error: ||v - v_hat|| / ||v|| over the whole cache;
+- attention error vs attention over the same keys and values in bf16: relative L2 over
+  all output rows, and the mean and minimum cosine similarity of output rows.
+
+The keys have a few high-magnitude channels and per-head offsets
+(:class:`tq_core.synthetic.SyntheticKV`), the case that makes plain per-channel
+quantization fail. On cuda/xpu with tq-triton installed, tq_triton's store and attention
+run; otherwise tq_core's reference ops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from ..__about__ import __version__
+from ..attention import attention as core_attention
+from ..codebooks import distortion
+from ..codec import FP8_E4M3_MAX
+from ..kv import decode_kv
+from ..paged import store as core_store
+from ..paged import to_vllm_cache
+from ..presets import PRESETS, get_preset
+from ..synthetic import SyntheticKV
+
+
+@dataclass
+class DemoRow:
+    format: str
+    bytes_per_token: int  # per kv head, key + value
+    ratio_vs_bf16: float
+    key_mse: float  # E||x - x_hat||^2 of unit keys
+    key_mse_theory: float | None  # Gaussian-codebook figure (REFERENCE.md), None for fp8 / bf16
+    value_rel_err: float
+    attn_rel_l2: float
+    attn_cos_mean: float
+    attn_cos_min: float
+
+
+def pick_device(name: str) -> torch.device:
+    xpu = getattr(torch, "xpu", None)
+    has_xpu = xpu is not None and xpu.is_available()
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        return torch.device("xpu") if has_xpu else torch.device("cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("tq demo: --device cuda requested but torch sees no CUDA device")
+    if name == "xpu" and not has_xpu:
+        raise SystemExit("tq demo: --device xpu requested but torch sees no XPU device")
+    return torch.device(name)
+
+
+def pick_implementation(device: torch.device):
+    """(name, store, attention): tq_triton's kernels on cuda/xpu when installed, else tq_core's."""
+    if device.type in ("cuda", "xpu"):
+        try:
+            import tq_triton
+
+            return "tq_triton (Triton kernels)", tq_triton.store, tq_triton.attention
+        except Exception as exc:  # not installed, or no usable Triton: fall back, and say why
+            return f"tq_core (torch reference; tq_triton unavailable: {type(exc).__name__})", core_store, core_attention
+    return "tq_core (torch reference)", core_store, core_attention
+
+
+@dataclass
+class Batch:
+    seq_lens: list[int]
+    q_lens: list[int]
+    block_size: int
+    block_table: torch.Tensor  # [R, max_blocks] int32
+    slot_mapping: torch.Tensor  # [T] int64, request-major, positions ascending
+    num_blocks: int
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "xpu":
+        torch.xpu.synchronize(device)
+
+
+def make_batch(seq_len: int, batch: int, block_size: int, gen: torch.Generator) -> Batch:
+    """Ragged requests: lengths spread below ``seq_len``, q_len alternating decode and verify."""
+    seq_lens = [max(9, seq_len - (i * seq_len) // (2 * batch) - (i % 2) * 3) for i in range(batch)]
+    q_pattern = (1, 4, 1, 8)
+    q_lens = [min(q_pattern[i % len(q_pattern)], s) for i, s in enumerate(seq_lens)]
+    nblocks = [math.ceil(s / block_size) for s in seq_lens]
+    num_blocks = sum(nblocks) + 3  # a few unused blocks
+    perm = torch.randperm(num_blocks, generator=gen)
+    table = torch.zeros(batch, max(nblocks), dtype=torch.int32)
+    slots, used = [], 0
+    for r, (s, n) in enumerate(zip(seq_lens, nblocks, strict=True)):
+        table[r, :n] = perm[used : used + n].to(torch.int32)
+        used += n
+        pos = torch.arange(s)
+        slots.append(table[r, pos // block_size].long() * block_size + pos % block_size)
+    return Batch(seq_lens, q_lens, block_size, table, torch.cat(slots), num_blocks)
+
+
+def dense_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, b: Batch, scale: float
+) -> torch.Tensor:
+    """Causal attention on dense per-request K/V (float32), the baseline the presets are compared with."""
+    out = torch.empty(query.shape, dtype=torch.float32, device=query.device)
+    group = query.shape[1] // key.shape[1]
+    t0 = q0 = 0
+    for s, ql in zip(b.seq_lens, b.q_lens, strict=True):
+        k = key[t0 : t0 + s].float().repeat_interleave(group, 1).transpose(0, 1)
+        v = value[t0 : t0 + s].float().repeat_interleave(group, 1).transpose(0, 1)
+        q = query[q0 : q0 + ql].float().transpose(0, 1)
+        logits = torch.matmul(q, k.transpose(1, 2)) * scale
+        qpos = s - ql + torch.arange(ql, device=query.device)
+        mask = torch.arange(s, device=query.device)[None, :] > qpos[:, None]
+        p = torch.softmax(logits.masked_fill(mask, float("-inf")), dim=-1)
+        out[q0 : q0 + ql] = torch.matmul(p, v).transpose(0, 1)
+        t0, q0 = t0 + s, q0 + ql
+    return out
+
+
+def output_errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, float]:
+    out, ref = out.double().flatten(0, 1), ref.double().flatten(0, 1)
+    rel = float((out - ref).norm() / ref.norm())
+    cos = torch.nn.functional.cosine_similarity(out, ref, dim=-1)
+    return rel, float(cos.mean()), float(cos.min())
+
+
+def unit_key_mse(key: torch.Tensor, key_hat: torch.Tensor) -> float:
+    norm = key.norm(dim=-1, keepdim=True)
+    return float(((key - key_hat.float()) / norm).pow(2).sum(-1).mean(dtype=torch.float64))
+
+
+def run_demo(
+    *,
+    device: torch.device,
+    seed: int = 0,
+    head_dim: int = 128,
+    kv_heads: int = 4,
+    q_heads: int = 16,
+    block_size: int = 16,
+    seq_len: int = 2048,
+    batch: int = 4,
+    presets: list[str] | None = None,
+    progress=None,
+) -> dict:
+    presets = list(PRESETS) if presets is None else [get_preset(p).name for p in presets]
+    impl_name, store, attention = pick_implementation(device)
+    syn = SyntheticKV(kv_heads, head_dim, seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    b = make_batch(seq_len, batch, block_size, gen)
+    key, value = syn.kv(sum(b.seq_lens))
+    query = syn.query(sum(b.q_lens), q_heads)
+    scale = 1.0 / math.sqrt(head_dim)
+    qsl = torch.tensor([0, *itertools.accumulate(b.q_lens)], dtype=torch.int32)
+    seq_lens_t = torch.tensor(b.seq_lens, dtype=torch.int32)
+
+    def dev(t: torch.Tensor) -> torch.Tensor:
+        return t.to(device)
+
+    # baselines on the same device, in float32 math over bf16 / fp8 K and V
+    k16, v16 = key.bfloat16(), value.bfloat16()
+    ref = dense_attention(dev(query), dev(k16), dev(v16), b, scale)
+    v16_err = float((v16.float() - value).norm() / value.norm())
+    rows = [DemoRow("bf16", 4 * head_dim, 1.0, unit_key_mse(key, k16.float()), None, v16_err, 0.0, 1.0, 1.0)]
+    k8 = key.clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn).float()
+    v8 = value.clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn).float()
+    o8 = dense_attention(dev(query), dev(k8), dev(v8), b, scale)
+    rows.append(
+        DemoRow(
+            "fp8",
+            2 * head_dim,
+            2.0,
+            unit_key_mse(key, k8),
+            None,
+            float((v8 - value).norm() / value.norm()),
+            *output_errors(o8, ref),
+        )
+    )
+    timings = {}
+    for i, name in enumerate(presets):
+        if progress:
+            progress(f"[{i + 1}/{len(presets)}] {name}: store + attention on {device.type} ...")
+        p = get_preset(name)
+        slot = p.layout(head_dim).slot_size_aligned
+        cache = torch.zeros(b.num_blocks, block_size, kv_heads, slot, dtype=torch.uint8, device=device)
+        t0 = time.perf_counter()
+        store(dev(key), dev(value), cache, dev(b.slot_mapping), p)
+        out = attention(dev(query), cache, dev(b.block_table), dev(seq_lens_t), dev(qsl), p, scale)
+        _synchronize(device)
+        timings[name] = time.perf_counter() - t0
+        # what the cache holds, read back through vLLM's slot format
+        slots = to_vllm_cache(cache, p).flatten(0, 1)[dev(b.slot_mapping)]
+        k_hat, v_hat = (t.cpu() for t in decode_kv(slots, p, head_dim))
+        theory = None if p.key_is_fp8 else distortion(p.key_bits)
+        rows.append(
+            DemoRow(
+                name,
+                slot,
+                4 * head_dim / slot,
+                unit_key_mse(key, k_hat),
+                theory,
+                float((v_hat - value).norm() / value.norm()),
+                *output_errors(out.float(), ref),
+            )
+        )
+    return {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "tq_core": __version__,
+        "torch": torch.__version__,
+        "device": str(device),
+        "implementation": impl_name,
+        "config": {
+            "seed": seed,
+            "head_dim": head_dim,
+            "kv_heads": kv_heads,
+            "q_heads": q_heads,
+            "block_size": block_size,
+            "seq_lens": b.seq_lens,
+            "q_lens": b.q_lens,
+            "num_blocks": b.num_blocks,
+        },
+        "seconds": timings,
+        "rows": [asdict(r) for r in rows],
+    }
+
+
+def _num(v: float) -> str:
+    return f"{v:.4f}" if v == 0 or abs(v) >= 1e-3 else f"{v:.1e}"
+
+
+COLUMNS = (
+    ("format", "format", "<", str),
+    ("bytes/tok/head", "bytes_per_token", ">", lambda v: f"{v}"),
+    ("vs bf16", "ratio_vs_bf16", ">", lambda v: f"{v:.2f}x"),
+    ("key MSE", "key_mse", ">", _num),
+    ("theory", "key_mse_theory", ">", lambda v: "-" if v is None else f"{v:.4f}"),
+    ("value err", "value_rel_err", ">", _num),
+    ("attn rel L2", "attn_rel_l2", ">", lambda v: f"{v:.4f}"),
+    ("attn cos mean", "attn_cos_mean", ">", lambda v: f"{v:.5f}"),
+    ("attn cos min", "attn_cos_min", ">", lambda v: f"{v:.5f}"),
+)
+
+
+def render(result: dict) -> str:
+    c = result["config"]
+    head = [
+        f"tq demo: tq-core {result['tq_core']}, torch {result['torch']}, device {result['device']}",
+        f"implementation: {result['implementation']}",
+        f"synthetic LLM-like cache (seed {c['seed']}): head_dim {c['head_dim']}, {c['kv_heads']} kv heads, "
+        f"{c['q_heads']} q heads, block_size {c['block_size']}, {c['num_blocks']} blocks",
+        f"requests: seq_lens {c['seq_lens']}, q_lens {c['q_lens']} (1 = decode, more = verify)",
+        "",
+    ]
+    cells = [[fmt(r[key]) for _, key, _, fmt in COLUMNS] for r in result["rows"]]
+    widths = [max(len(title), *(len(row[i]) for row in cells)) for i, (title, *_) in enumerate(COLUMNS)]
+
+    def line(items: list[str]) -> str:
+        return "  ".join(f"{s:{a}{w}}" for s, (_, _, a, _), w in zip(items, COLUMNS, widths, strict=True)).rstrip()
+
+    body = [line([t for t, *_ in COLUMNS]), line(["-" * w for w in widths])] + [line(r) for r in cells]
+    notes = [
+        "",
+        "key MSE: E||x - x_hat||^2 of unit keys as attention sees them; theory: Gaussian-codebook figure",
+        "for random unit vectors (REFERENCE.md). value err: ||v - v_hat|| / ||v||. attn: output vs",
+        "attention over the same K/V in bf16 (relative L2 over all rows; cosine per output row).",
+        "fp8: K and V cast to e4m3 without scales (vLLM's fp8 cache), computed densely for comparison.",
+    ]
+    return "\n".join(head + body + notes)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.kv_heads < 1 or args.q_heads % args.kv_heads:
+        raise SystemExit(f"tq demo: --q-heads {args.q_heads} must be a multiple of --kv-heads {args.kv_heads}")
+    if args.batch < 1 or args.seq_len < 9:
+        raise SystemExit("tq demo: --batch must be >= 1 and --seq-len >= 9")
+    device = pick_device(args.device)
+
+    def progress(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    t0 = time.perf_counter()
+    result = run_demo(
+        device=device,
+        seed=args.seed,
+        head_dim=args.head_dim,
+        kv_heads=args.kv_heads,
+        q_heads=args.q_heads,
+        block_size=args.block_size,
+        seq_len=args.seq_len,
+        batch=args.batch,
+        presets=args.presets,
+        progress=None if args.quiet else progress,
+    )
+    if not args.quiet:
+        progress(f"done in {time.perf_counter() - t0:.1f} s")
+    print(render(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+            f.write("\n")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "demo",
+        help="accuracy and capacity of every preset on a synthetic LLM-like cache",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--device", choices=("auto", "cpu", "cuda", "xpu"), default="auto", help="default: best present")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--head-dim", type=int, default=128, choices=(64, 128, 256, 512))
+    p.add_argument("--kv-heads", type=int, default=4)
+    p.add_argument("--q-heads", type=int, default=16, help="a multiple of --kv-heads (GQA)")
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--seq-len", type=int, default=2048, help="longest request; the others are shorter")
+    p.add_argument("--batch", type=int, default=4, help="number of requests")
+    p.add_argument("--presets", nargs="+", choices=sorted(PRESETS), help="default: all four")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=run)

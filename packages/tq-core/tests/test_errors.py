@@ -1,0 +1,334 @@
+"""Every argument check raises a TQError subclass that is also a ValueError and names the argument."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import pytest
+import torch
+
+import tq_core
+from tq_core import (
+    DeviceError,
+    DtypeError,
+    LayoutError,
+    PresetError,
+    RangeError,
+    ShapeError,
+    TQError,
+    attention,
+    decode_kv,
+    encode_kv,
+    from_vllm_cache,
+    get_preset,
+    store,
+    to_vllm_cache,
+)
+from tq_core.checks import check_attention_args, debug_enabled
+
+NAME = "turboquant_k3v4_nc"
+D = 64
+SLOT = 62  # k3v4_nc at d=64
+META = torch.device("meta")
+
+
+@contextlib.contextmanager
+def raises(exc: type[TQError], match: str):
+    """pytest.raises that also checks the contract: a TQError that is also a ValueError."""
+    with pytest.raises(exc, match=match) as info:
+        yield info
+    assert isinstance(info.value, TQError) and isinstance(info.value, ValueError)
+
+
+def test_error_hierarchy():
+    for cls in (PresetError, ShapeError, DtypeError, DeviceError, LayoutError, RangeError):
+        assert issubclass(cls, TQError) and issubclass(cls, ValueError)
+    assert issubclass(tq_core.BackendUnavailableError, TQError)
+    assert issubclass(tq_core.BackendUnavailableError, RuntimeError)
+
+
+# ---------------------------------------------------------------- presets
+
+
+@pytest.mark.parametrize("bad", ["turboquant_2bit", "fp8", "", None, 3])
+def test_unknown_preset(bad):
+    with raises(PresetError, "preset="):
+        get_preset(bad)
+    with raises(PresetError, "preset="):
+        encode_kv(torch.zeros(1, 1, D), torch.zeros(1, 1, D), bad)
+
+
+@pytest.mark.parametrize("d", [32, 80, 96, 100, 1024, "128", 128.0])
+def test_unsupported_head_dim(d):
+    with raises(PresetError, "head_dim"):
+        get_preset(NAME).layout(d)
+
+
+@pytest.mark.parametrize("bs,heads,match", [(0, 1, "block_size"), (16, 0, "num_kv_heads"), ("16", 1, "block_size")])
+def test_block_layout_arguments(bs, heads, match):
+    with raises(ShapeError, match):
+        get_preset(NAME).block_layout(D, bs, heads)
+
+
+@pytest.mark.parametrize("bs", [1, 2, 4])
+def test_block_size_too_small_for_aligned_fields(bs):
+    with raises(ShapeError, "block_size"):
+        get_preset("turboquant_3bit_nc").block_layout(128, bs)
+
+
+# ---------------------------------------------------------------- encode / decode
+
+
+def _kv(n=2, h=1, d=D, dtype=torch.float32):
+    return torch.zeros(n, h, d, dtype=dtype), torch.zeros(n, h, d, dtype=dtype)
+
+
+def test_encode_key_checks():
+    k, v = _kv()
+    with raises(ShapeError, "key"):
+        encode_kv(k.tolist(), v, NAME)
+    with raises(ShapeError, "key"):
+        encode_kv(k[0], v[0], NAME)
+    with raises(DtypeError, "key"):
+        encode_kv(k.to(torch.int32), v, NAME)
+    with raises(DtypeError, "key"):
+        encode_kv(k.double(), v, NAME)
+    with raises(PresetError, "head_dim"):
+        encode_kv(*_kv(d=96), NAME)
+
+
+def test_encode_value_checks():
+    k, v = _kv()
+    with raises(DtypeError, "value"):
+        encode_kv(k, v.double(), NAME)
+    with raises(ShapeError, "value"):
+        encode_kv(k, v[:1], NAME)
+    with raises(ShapeError, "value"):
+        encode_kv(k, v[..., :32], NAME)
+    with raises(DeviceError, "value"):
+        encode_kv(k, v.to(META), NAME)
+
+
+def test_decode_checks():
+    slots = encode_kv(*_kv(), NAME)
+    with raises(DtypeError, "slots"):
+        decode_kv(slots.to(torch.int8), NAME, D)
+    with raises(ShapeError, "slots"):
+        decode_kv(slots[0], NAME, D)
+    with raises(ShapeError, "slots"):
+        decode_kv(slots[..., :-2], NAME, D)
+    with raises(ShapeError, "slots"):
+        decode_kv(slots, NAME, 128)  # right head_dim for another slot size
+    with raises(PresetError, "head_dim"):
+        decode_kv(slots, NAME, 100)
+    with raises(PresetError, "preset"):
+        decode_kv(slots, "turboquant_9bit", D)
+
+
+# ---------------------------------------------------------------- store
+
+
+def _cache(nb=2, bs=16, h=1, slot=SLOT, dtype=torch.uint8):
+    return torch.zeros(nb, bs, h, slot, dtype=dtype)
+
+
+def test_store_cache_checks():
+    k, v = _kv()
+    sm = torch.tensor([0, 1])
+    with raises(DtypeError, "kv_cache"):
+        store(k, v, _cache(dtype=torch.int8), sm, NAME)
+    with raises(ShapeError, "kv_cache"):
+        store(k, v, _cache()[0], sm, NAME)
+    with raises(ShapeError, "kv_cache"):
+        store(k, v, _cache(slot=SLOT + 2), sm, NAME)  # slot size of no head_dim
+    with raises(ShapeError, "kv_cache"):
+        store(k, v, _cache(h=2), sm, NAME)  # kv heads differ from key's
+    with raises(ShapeError, "kv_cache"):
+        store(k, v, _cache(nb=0), sm, NAME)
+    with raises(DeviceError, "kv_cache"):
+        store(k, v, _cache().to(META), sm, NAME)
+    with raises(ShapeError, "block_size"):
+        store(k, v, _cache(bs=2), sm, NAME)
+    with raises(LayoutError, "kv_cache"):
+        store(*_kv(h=2), _cache(h=4)[:, :, :2], sm, NAME)
+    with raises(LayoutError, "kv_cache"):
+        store(k, v, _cache(nb=1).expand(3, -1, -1, -1), sm, NAME)  # blocks overlap
+
+
+def test_store_slot_mapping_checks():
+    k, v = _kv(n=3)
+    cache = _cache()  # 32 slots
+    with raises(DtypeError, "slot_mapping"):
+        store(k, v, cache, torch.tensor([0.0, 1.0, 2.0]), NAME)
+    with raises(DtypeError, "slot_mapping"):
+        store(k, v, cache, torch.tensor([0, 1, 2], dtype=torch.int16), NAME)
+    with raises(ShapeError, "slot_mapping"):
+        store(k, v, cache, torch.tensor([0, 1]), NAME)
+    with raises(ShapeError, "slot_mapping"):
+        store(k, v, cache, torch.tensor([[0, 1, 2]]), NAME)
+    with raises(DeviceError, "slot_mapping"):
+        store(k, v, cache, torch.tensor([0, 1, 2], device=META), NAME)
+    with raises(RangeError, "slot_mapping"):
+        store(k, v, cache, torch.tensor([0, 32, 1]), NAME)
+    with raises(RangeError, "slot_mapping"):
+        store(k, v, cache, torch.tensor([5, -1, 5]), NAME)
+    before = cache.clone()
+    store(k, v, cache, torch.tensor([-1, -1, -1]), NAME)  # repeated padding is fine
+    assert torch.equal(cache, before)
+
+
+def test_store_key_checks():
+    cache = _cache()
+    with raises(PresetError, "head_dim"):
+        store(*_kv(d=100), cache, torch.tensor([0, 1]), NAME)
+    with raises(DtypeError, "key"):
+        store(*_kv(dtype=torch.float64), cache, torch.tensor([0, 1]), NAME)
+    with raises(PresetError, "preset"):
+        store(*_kv(), cache, torch.tensor([0, 1]), "turboquant")
+
+
+# ---------------------------------------------------------------- conversions
+
+
+def test_conversion_checks():
+    with raises(ShapeError, "kv_cache"):
+        to_vllm_cache(_cache(slot=61), NAME)
+    with raises(DtypeError, "kv_cache"):
+        from_vllm_cache(_cache(dtype=torch.float16), NAME)
+    with raises(ShapeError, "kv_cache"):
+        from_vllm_cache(_cache()[0], NAME)
+    with raises(PresetError, "preset"):
+        to_vllm_cache(_cache(), "nope")
+
+
+# ---------------------------------------------------------------- attention
+
+
+def _attn_args(**over):
+    args = {
+        "query": torch.zeros(3, 4, D),
+        "kv_cache": _cache(nb=3, h=2),
+        "block_table": torch.tensor([[0, 1], [2, 0]], dtype=torch.int32),
+        "seq_lens": torch.tensor([20, 2], dtype=torch.int32),
+        "query_start_loc": torch.tensor([0, 2, 3], dtype=torch.int32),
+        "preset": NAME,
+        "scale": 1 / math.sqrt(D),
+        "out": None,
+    }
+    args.update(over)
+    return args
+
+
+def test_attention_valid_args_pass():
+    out = attention(**_attn_args())
+    assert out.shape == (3, 4, D) and torch.isfinite(out).all()
+
+
+T = torch.tensor
+
+
+@pytest.mark.parametrize(
+    "over,exc,match",
+    [
+        ({"query": torch.zeros(3, 4 * D)}, ShapeError, "query"),
+        ({"query": torch.zeros(3, 4, D, dtype=torch.int32)}, DtypeError, "query"),
+        ({"query": torch.zeros(3, 4, D, dtype=torch.float64)}, DtypeError, "query"),
+        ({"query": [[0.0]]}, ShapeError, "query"),
+        ({"query": torch.zeros(3, 4, 96)}, PresetError, "head_dim"),
+        ({"query": torch.zeros(3, 3, D)}, ShapeError, "query"),  # 3 q heads, 2 kv heads
+        ({"preset": "turboquant_k2v2"}, PresetError, "preset"),
+        ({"kv_cache": _cache(nb=3, h=2).float()}, DtypeError, "kv_cache"),
+        ({"kv_cache": _cache(nb=3, h=2)[0]}, ShapeError, "kv_cache"),
+        ({"kv_cache": _cache(nb=3, h=2, slot=SLOT + 8)}, ShapeError, "kv_cache"),
+        ({"kv_cache": _cache(nb=3, h=2).to(META)}, DeviceError, "kv_cache"),
+        ({"kv_cache": _cache(nb=3, h=4)[:, :, :2]}, LayoutError, "kv_cache"),
+        ({"block_table": T([[0.0, 1.0], [2.0, 0.0]])}, DtypeError, "block_table"),
+        ({"block_table": T([0, 1], dtype=torch.int32)}, ShapeError, "block_table"),
+        ({"block_table": T([[0, 1]], dtype=torch.int32)}, ShapeError, "block_table"),  # fewer rows than requests
+        ({"block_table": T([[0, 1], [2, 0]], dtype=torch.int32, device=META)}, DeviceError, "block_table"),
+        ({"seq_lens": T([20.0, 2.0])}, DtypeError, "seq_lens"),
+        ({"seq_lens": T([[20, 2]], dtype=torch.int32)}, ShapeError, "seq_lens"),
+        ({"seq_lens": T([20, 2], dtype=torch.int32, device=META)}, DeviceError, "seq_lens"),
+        ({"query_start_loc": T([0, 2], dtype=torch.int32)}, ShapeError, "query_start_loc"),
+        ({"query_start_loc": T([0.0, 2.0, 3.0])}, DtypeError, "query_start_loc"),
+        ({"query_start_loc": T([0, 2, 3], dtype=torch.int32, device=META)}, DeviceError, "query_start_loc"),
+        ({"scale": 0.0}, RangeError, "scale"),
+        ({"scale": -0.125}, RangeError, "scale"),
+        ({"scale": math.nan}, RangeError, "scale"),
+        ({"scale": math.inf}, RangeError, "scale"),
+        ({"scale": True}, RangeError, "scale"),
+        ({"scale": "0.125"}, RangeError, "scale"),
+        ({"scale": None}, RangeError, "scale"),
+        ({"scale": torch.tensor(0.125)}, RangeError, "scale"),
+        ({"out": torch.zeros(3, 4, D + 1)}, ShapeError, "out"),
+        ({"out": torch.zeros(2, 4, D)}, ShapeError, "out"),
+        ({"out": torch.zeros(3, 4, D, dtype=torch.int32)}, DtypeError, "out"),
+        ({"out": torch.zeros(3, 4, D, device=META)}, DeviceError, "out"),
+        # metadata values
+        ({"query_start_loc": T([1, 2, 3], dtype=torch.int32)}, RangeError, "query_start_loc"),
+        ({"query_start_loc": T([0, 3, 2], dtype=torch.int32)}, RangeError, "query_start_loc"),
+        ({"query_start_loc": T([0, 2, 4], dtype=torch.int32)}, RangeError, "query_start_loc"),  # past 3 query rows
+        ({"seq_lens": T([20, -1], dtype=torch.int32)}, RangeError, "seq_lens"),
+        ({"seq_lens": T([20, 0], dtype=torch.int32)}, RangeError, r"q_len=1 exceeds seq_lens\[1\]=0"),
+        ({"query_start_loc": T([0, 0, 3], dtype=torch.int32)}, RangeError, r"q_len=3 exceeds seq_lens\[1\]=2"),
+        ({"seq_lens": T([33, 2], dtype=torch.int32)}, RangeError, r"seq_lens\[0\]=33 exceeds block_table capacity"),
+        ({"block_table": T([[0, 3], [2, 0]], dtype=torch.int32)}, RangeError, "block_table: block id 3"),
+        ({"block_table": T([[0, 1], [-1, 0]], dtype=torch.int32)}, RangeError, "block_table: block id -1"),
+    ],
+)
+def test_attention_checks(over, exc, match):
+    with raises(exc, match):
+        attention(**_attn_args(**over))
+
+
+def test_attention_ignores_unused_block_table_entries():
+    # request 1 has 2 tokens: only its first block id is read; request 0 uses both of its blocks
+    out = attention(**_attn_args(block_table=T([[0, 1, 99], [2, -5, 1000]], dtype=torch.int32)))
+    assert torch.isfinite(out).all()
+
+
+def test_max_q_len_limit_names_q_len():
+    args = _attn_args()
+    args.pop("out")
+    with raises(RangeError, "q_len=2 exceeds this implementation's limit of 1"):
+        check_attention_args(**args, max_q_len=1)
+    check_attention_args(**args, max_q_len=2)
+    check_attention_args(**args, check_values=False, max_q_len=1)  # value checks skipped
+
+
+def test_debug_flag(monkeypatch):
+    monkeypatch.delenv("TQ_DEBUG", raising=False)
+    assert not debug_enabled()
+    for on in ("1", "true", "yes"):
+        monkeypatch.setenv("TQ_DEBUG", on)
+        assert debug_enabled()
+    for off in ("0", "", "false"):
+        monkeypatch.setenv("TQ_DEBUG", off)
+        assert not debug_enabled()
+
+
+# ---------------------------------------------------------------- lower-level helpers (plain ValueError)
+
+
+def test_codebook_and_bitpack_argument_errors():
+    from tq_core.bitpack import pack_codes, unpack_codes
+
+    with pytest.raises(ValueError, match="bits"):
+        tq_core.get_codebook(5)
+    with pytest.raises(ValueError, match="d="):
+        tq_core.get_codebook(3, "beta", 100)
+    with pytest.raises(ValueError, match="source"):
+        tq_core.get_codebook(3, "laplace")
+    with pytest.raises(ValueError, match="d="):
+        tq_core.lloyd_max(2, "beta", 96)
+    with pytest.raises(ValueError, match="fp8"):
+        tq_core.key_codebook("turboquant_k8v4", 128)
+    with pytest.raises(ValueError, match="bits"):
+        pack_codes(torch.zeros(8, dtype=torch.int64), 0)
+    with raises(DtypeError, "codes"):
+        pack_codes(torch.zeros(8), 3)
+    with raises(DtypeError, "packed"):
+        unpack_codes(torch.zeros(3, dtype=torch.int32), 3, 8)
+    with raises(ShapeError, "packed"):
+        unpack_codes(torch.zeros(4, dtype=torch.uint8), 3, 8)

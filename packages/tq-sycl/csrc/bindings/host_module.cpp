@@ -1,0 +1,93 @@
+// tq_sycl._host: the host build of the core (system C++ compiler, no SYCL).
+//
+// attention() takes raw pointers to CPU memory; the Python side validates the tensors
+// and keeps them alive for the call. The bridge child serves requests with it too.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <vector>
+
+#include "host/host_attention.hpp"
+#include "params_from_dict.hpp"
+#include "tq/dequant.hpp"
+#include "tq/numeric.hpp"
+
+#ifndef TQ_SYCL_VERSION
+#error "TQ_SYCL_VERSION must be defined by the build (CMake reads it from __about__.py)"
+#endif
+
+namespace py = pybind11;
+
+namespace {
+
+void attention(const py::dict& args) {
+  tq::AttentionParams p = tq::bindings::params_from_dict(args);
+  py::gil_scoped_release release;  // pure C++ on memory the caller keeps alive
+  tq::host::attention(p);
+}
+
+py::dict block_layout(const py::dict& args) {
+  const tq::Preset pr = tq::bindings::preset_from_dict(args);
+  return tq::bindings::layout_to_dict(tq::bindings::layout_from_dict(args, pr));
+}
+
+// Dequantised K (rotated domain for Lloyd-Max presets) and V of every token of one
+// (block, kv head): lets the tests check the dequant code against tq_core directly.
+py::tuple dequant_block(const py::dict& args, int64_t block, int32_t head) {
+  const tq::AttentionParams p = tq::bindings::params_from_dict(args);
+  if (block < 0 || block >= p.num_blocks || head < 0 || head >= p.num_kv_heads)
+    throw py::index_error("dequant_block: block or head out of range");
+  const int32_t bs = p.layout.block_size;
+  const int32_t d = p.layout.head_dim;
+  py::array_t<float> k({bs, d});
+  py::array_t<float> v({bs, d});
+  const uint8_t* region = tq::head_region(p.cache, p.cache_block_stride, block, head, p.layout);
+  for (int32_t t = 0; t < bs; ++t) {
+    tq::dequant_key(region, t, p.layout, p.preset, p.centroids, k.mutable_data(t, 0));
+    tq::dequant_value(region, t, p.layout, p.preset, v.mutable_data(t, 0));
+  }
+  return py::make_tuple(k, v);
+}
+
+// Number-format round trips, vectorised over a uint16/uint8/float32 array.
+py::array_t<float> half_to_float(const py::array_t<uint16_t, py::array::c_style>& h) {
+  py::array_t<float> out(h.size());
+  for (py::ssize_t i = 0; i < h.size(); ++i) out.mutable_data()[i] = tq::half_to_float(h.data()[i]);
+  return out;
+}
+
+py::array_t<uint16_t> float_to_half(const py::array_t<float, py::array::c_style>& f) {
+  py::array_t<uint16_t> out(f.size());
+  for (py::ssize_t i = 0; i < f.size(); ++i) out.mutable_data()[i] = tq::float_to_half(f.data()[i]);
+  return out;
+}
+
+py::array_t<uint16_t> float_to_bf16(const py::array_t<float, py::array::c_style>& f) {
+  py::array_t<uint16_t> out(f.size());
+  for (py::ssize_t i = 0; i < f.size(); ++i) out.mutable_data()[i] = tq::float_to_bf16(f.data()[i]);
+  return out;
+}
+
+py::array_t<float> fp8_to_float(const py::array_t<uint8_t, py::array::c_style>& b) {
+  py::array_t<float> out(b.size());
+  for (py::ssize_t i = 0; i < b.size(); ++i) out.mutable_data()[i] = tq::fp8_e4m3fn_to_float(b.data()[i]);
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_host, m) {
+  m.doc() = "tq-sycl host core: the SYCL kernels' shared headers compiled for the CPU (no SYCL)";
+  m.def("version", [] { return std::string(TQ_SYCL_VERSION); });
+  m.def("backend", [] { return std::string("host"); });
+  m.def("kernels", [] { return std::vector<std::string>{"host"}; });
+  m.def("attention", &attention, py::arg("args"));
+  m.def("block_layout", &block_layout, py::arg("args"));
+  m.def("dequant_block", &dequant_block, py::arg("args"), py::arg("block"), py::arg("head"));
+  m.def("half_to_float", &half_to_float);
+  m.def("float_to_half", &float_to_half);
+  m.def("float_to_bf16", &float_to_bf16);
+  m.def("fp8_to_float", &fp8_to_float);
+}

@@ -1,0 +1,176 @@
+"""``tq_sycl.attention``: tq's shared attention signature, dispatched to a kernel family.
+
+Where each family runs:
+
+- ``host``: the core headers compiled for the CPU (``tq_sycl._host``), CPU tensors.
+- ``scalar`` / ``esimd`` / ``jm`` on XPU tensors: in-process through ``tq_sycl._stock``
+  (stock icpx build, same libsycl.so.8 as torch-XPU) when it holds that family;
+  otherwise through the bridge to a child running ``tq_sycl._nightly``.
+- the same families on CPU tensors: only through the bridge (the child owns the XPU).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from tq_core.checks import check_attention_args
+from tq_core.errors import BackendUnavailableError, DeviceError
+from tq_core.presets import Preset
+
+from . import extensions, kernel_args, toolchain, tuning
+from .errors import KernelChoiceError
+
+KERNELS = ("scalar", "esimd", "jm", "host")
+
+_bridge_lock = threading.Lock()
+_bridge = None  # the process-wide nightly bridge, started on first use
+
+
+def attention(
+    query: torch.Tensor,
+    kv_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    preset: str | Preset,
+    scale: float,
+    out: torch.Tensor | None = None,
+    kernel: str = "scalar",
+    *,
+    num_splits: int | None = None,
+) -> torch.Tensor:
+    """Causal paged attention over tq's compressed cache; same semantics as ``tq_core.attention``.
+
+    ``kernel`` picks the implementation (``"scalar"``, ``"esimd"``, ``"jm"`` or ``"host"``);
+    ``num_splits`` overrides the split-KV count from :mod:`tq_sycl.tuning`. Raises
+    ``BackendUnavailableError`` naming what is missing when the family cannot run here.
+    """
+    if kernel not in KERNELS:
+        raise KernelChoiceError(f"kernel={kernel!r}: expected one of {KERNELS}")
+    if kernel == "host":
+        return host_attention(
+            query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, num_splits=num_splits
+        )
+    # shapes, dtypes and devices first (no device reads), so a bad argument is reported
+    # as such even where no SYCL build exists
+    check_attention_args(
+        query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, check_values=False
+    )
+    device = query.device
+    reasons: list[str] = []
+    if device.type == "xpu":
+        try:
+            mod = extensions.stock_module()
+            if kernel in mod.kernels():
+                return _stock_attention(
+                    mod, kernel, query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, num_splits
+                )
+            reasons.append(f"tq_sycl._stock holds {list(mod.kernels())}, not {kernel!r}")
+        except BackendUnavailableError as exc:
+            reasons.append(str(exc))
+    bridge = _nightly_bridge(reasons)
+    if bridge is not None:
+        if kernel in bridge.kernels:
+            splits = num_splits if num_splits is not None else (tuning.env_num_splits() or 1)
+            call = kernel_args.prepare(
+                query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, splits
+            )
+            return bridge.attention(call, kernel)
+        reasons.append(f"the nightly bridge child holds {bridge.kernels}, not {kernel!r}")
+    raise BackendUnavailableError(f"kernel={kernel!r} cannot run here: " + "; ".join(reasons))
+
+
+def host_attention(
+    query: torch.Tensor,
+    kv_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    preset: str | Preset,
+    scale: float,
+    out: torch.Tensor | None = None,
+    *,
+    num_splits: int | None = None,
+) -> torch.Tensor:
+    """The host core on CPU tensors (what ``kernel="host"`` runs)."""
+    if isinstance(query, torch.Tensor) and query.device.type != "cpu":
+        raise DeviceError(f"query: is on {query.device}; kernel='host' runs on CPU tensors")
+    splits = num_splits if num_splits is not None else (tuning.env_num_splits() or 1)
+    call = kernel_args.prepare(query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, splits)
+    extensions.host_module().attention(call.args)
+    return call.finish()
+
+
+def _stock_attention(
+    mod,
+    kernel: str,
+    query: torch.Tensor,
+    kv_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    preset: str | Preset,
+    scale: float,
+    out: torch.Tensor | None,
+    num_splits: int | None,
+) -> torch.Tensor:
+    nq, hq, d = query.shape
+    hk = kv_cache.shape[2]
+    tiles = nq * (hq // max(hk, 1)) // kernel_args.ROWS_PER_TILE + seq_lens.shape[0]
+    splits = (
+        num_splits
+        if num_splits is not None
+        else tuning.choose_num_splits(torch.xpu.get_device_name(query.device), tiles * hk)
+    )
+    call = kernel_args.prepare(query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, splits)
+    rows = tiles * hk * splits * kernel_args.ROWS_PER_TILE
+    # torch's caching allocator: no device sync, reused across calls
+    q_rot = torch.empty(nq * hq * d, dtype=torch.float32, device=query.device)
+    ws_acc = torch.empty(max(rows, 1) * d, dtype=torch.float32, device=query.device)
+    ws_ml = torch.empty(2, max(rows, 1), dtype=torch.float32, device=query.device)
+    call.keep += [q_rot, ws_acc, ws_ml]
+    call.args.update(
+        q_rot=q_rot.data_ptr(),
+        ws_acc=ws_acc.data_ptr(),
+        ws_m=ws_ml[0].data_ptr(),
+        ws_l=ws_ml[1].data_ptr(),
+        queue=torch.xpu.current_stream(query.device).sycl_queue,
+    )
+    mod.attention(call.args, kernel)
+    return call.finish()
+
+
+def _nightly_bridge(reasons: list[str]):
+    """The shared bridge to the nightly build, or None (with why appended to ``reasons``)."""
+    global _bridge
+    root = toolchain.nightly_root()
+    if root is None:
+        reasons.append("no nightly bridge: TQ_SYCL_NIGHTLY_ROOT is not set")
+        return None
+    if extensions.module_file("_nightly") is None:
+        reasons.append("no nightly bridge: tq_sycl._nightly is not built (nox -s sycl_nightly builds it)")
+        return None
+    from .bridge.client import Bridge
+
+    with _bridge_lock:
+        if _bridge is None or not _bridge.alive:
+            _bridge = Bridge(backend="nightly")
+            _bridge.start()
+        return _bridge
+
+
+def available_kernels() -> dict[str, str]:
+    """Kernel family -> where it would run in this process, without starting anything."""
+    found = {"host": "tq_sycl._host (CPU)" if extensions.module_file("_host") else "not built"}
+    stock = extensions.module_file("_stock")
+    nightly = extensions.module_file("_nightly") if toolchain.nightly_root() else None
+    for k in ("scalar", "esimd", "jm"):
+        where = []
+        if stock:
+            where.append("tq_sycl._stock in-process (if it holds this family and an XPU is visible)")
+        if nightly:
+            where.append("tq_sycl._nightly through the bridge (if it holds this family)")
+        found[k] = "; ".join(where) or "no SYCL build"
+    return found

@@ -1,0 +1,139 @@
+"""The argument dict every compiled implementation takes (see csrc/bindings/params_from_dict.hpp).
+
+``prepare()`` validates a call with tq_core's checks, normalises the tensors the kernels
+read (int32 metadata, last dim contiguous) and records raw pointers plus strides. The
+returned :class:`PreparedCall` keeps every tensor it points into alive.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from tq_core.checks import AttentionArgs, check_attention_args, debug_enabled
+from tq_core.codec import key_codebook
+from tq_core.presets import Preset
+
+# element dtype codes shared with csrc/include/tq/numeric.hpp
+DTYPE_CODES: dict[torch.dtype, int] = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+ROWS_PER_TILE = 16  # csrc/include/tq/params.hpp kRowsPerTile
+
+
+@dataclass
+class PreparedCall:
+    """A validated call: ``args`` for the C++ side, the tensors it points into, and the output."""
+
+    args: dict[str, Any]
+    checked: AttentionArgs
+    query: torch.Tensor
+    kv_cache: torch.Tensor
+    block_table: torch.Tensor
+    seq_lens: torch.Tensor
+    query_start_loc: torch.Tensor
+    centroids: torch.Tensor | None
+    out: torch.Tensor  # what the kernel writes (contiguous in its last dim)
+    result: torch.Tensor  # what the caller gets back (``out`` or the caller's tensor)
+    keep: list[torch.Tensor] = field(default_factory=list)
+
+    def finish(self) -> torch.Tensor:
+        """Copies into the caller's ``out`` where the kernel wrote a stand-in; returns it."""
+        if self.out is not self.result:
+            self.result.copy_(self.out)
+        return self.result
+
+
+@functools.cache
+def _centroids(preset_name: str, head_dim: int, device: str) -> torch.Tensor:
+    cent, _ = key_codebook(preset_name, head_dim, device)
+    return cent.contiguous()
+
+
+def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _int32(t: torch.Tensor) -> torch.Tensor:
+    # a no-op (no copy, no launch) when vLLM already passes int32 contiguous metadata
+    return t.to(torch.int32).contiguous()
+
+
+def prepare(
+    query: torch.Tensor,
+    kv_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    preset: str | Preset,
+    scale: float,
+    out: torch.Tensor | None,
+    num_splits: int,
+    *,
+    check_values: bool | None = None,
+) -> PreparedCall:
+    """Validate (tq_core's rules and messages) and build the argument dict.
+
+    ``check_values`` (metadata value checks, which read device memory) defaults to on for
+    CPU tensors and to ``TQ_DEBUG=1`` elsewhere, so the device path never syncs.
+    """
+    if check_values is None:
+        check_values = (isinstance(query, torch.Tensor) and query.device.type == "cpu") or debug_enabled()
+    checked = check_attention_args(
+        query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, check_values=check_values
+    )
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 1 <= num_splits <= 256:
+        raise ValueError(f"num_splits={num_splits!r}: expected an int in 1..256")
+    p, lay = checked.preset, checked.layout
+    q = _last_dim_contiguous(query)
+    result = out if out is not None else torch.empty_like(query)
+    kernel_out = result if result.stride(-1) == 1 else torch.empty_like(result, memory_format=torch.contiguous_format)
+    bt, sl, qsl = _int32(block_table), _int32(seq_lens), _int32(query_start_loc)
+    cent = None if p.key_is_fp8 else _centroids(p.name, checked.head_dim, str(query.device))
+    args: dict[str, Any] = {
+        "query": q.data_ptr(),
+        "query_dtype": DTYPE_CODES[q.dtype],
+        "q_stride_token": q.stride(0),
+        "q_stride_head": q.stride(1),
+        "out": kernel_out.data_ptr(),
+        "out_dtype": DTYPE_CODES[kernel_out.dtype],
+        "o_stride_token": kernel_out.stride(0),
+        "o_stride_head": kernel_out.stride(1),
+        "cache": kv_cache.data_ptr(),
+        "cache_block_stride": kv_cache.stride(0),
+        "num_blocks": kv_cache.shape[0],
+        "block_table": bt.data_ptr(),
+        "bt_stride": bt.stride(0),
+        "bt_cols": bt.shape[1],
+        "seq_lens": sl.data_ptr(),
+        "query_start_loc": qsl.data_ptr(),
+        "num_reqs": checked.num_reqs,
+        "num_q_tokens": q.shape[0],
+        "num_q_heads": checked.num_q_heads,
+        "num_kv_heads": checked.num_kv_heads,
+        "head_dim": checked.head_dim,
+        "block_size": lay.block_size,
+        "key_fp8": int(p.key_is_fp8),
+        "key_bits": p.key_bits,
+        "value_bits": p.value_bits,
+        "norm_correction": int(p.norm_correction),
+        "centroids": 0 if cent is None else cent.data_ptr(),
+        "scale": float(scale),
+        "num_splits": num_splits,
+        "rows_per_tile": ROWS_PER_TILE,
+    }
+    return PreparedCall(args, checked, q, kv_cache, bt, sl, qsl, cent, kernel_out, result)
+
+
+def layout_args(preset: Preset, head_dim: int, block_size: int, num_kv_heads: int) -> dict[str, Any]:
+    """The preset/layout subset of the dict (for ``_host.block_layout``)."""
+    return {
+        "key_fp8": int(preset.key_is_fp8),
+        "key_bits": preset.key_bits,
+        "value_bits": preset.value_bits,
+        "norm_correction": int(preset.norm_correction),
+        "head_dim": head_dim,
+        "block_size": block_size,
+        "num_kv_heads": num_kv_heads,
+    }

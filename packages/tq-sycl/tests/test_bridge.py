@@ -1,0 +1,158 @@
+"""The subprocess bridge with a real child process: the host build serves as the child."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+import torch
+from cases import make_case
+
+import tq_core
+from tq_sycl import kernel_args
+from tq_sycl.bridge import protocol
+from tq_sycl.bridge.client import Bridge
+from tq_sycl.errors import (
+    BridgeCrashError,
+    BridgeError,
+    BridgeProtocolError,
+    BridgeTimeoutError,
+    BridgeVersionError,
+)
+
+FAULTS = {**os.environ, protocol.FAULTS_ENV: "1"}
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture
+def bridge():
+    with Bridge("host", env=FAULTS, request_timeout=60) as b:
+        yield b
+
+
+@pytest.mark.parametrize("preset", sorted(tq_core.PRESETS))
+def test_round_trip_matches_tq_core(gen, bridge, preset):
+    case = make_case(gen, preset, seq_lens=[33, 5], q_lens=[4, 1], dtype=torch.float16)
+    out = torch.full_like(case.query, float("nan"))
+    call = kernel_args.prepare(*case.args(), out, 3)
+    got = bridge.attention(call, "host")
+    assert got is out
+    torch.testing.assert_close(got.float(), case.reference().float(), atol=2e-3, rtol=2e-3)
+    assert bridge.last_kernel_ms is not None and bridge.last_kernel_ms >= 0
+
+
+def test_child_never_loads_torch(bridge, gen):
+    case = make_case(gen, "turboquant_k8v4", seq_lens=[9], q_lens=[1])
+    bridge.attention(kernel_args.prepare(*case.args(), None, 1), "host")
+    assert bridge.request("status")["torch_loaded"] is False
+
+
+def test_shared_memory_is_reused_and_freed(gen):
+    b = Bridge("host")
+    b.start()
+    case = make_case(gen, "turboquant_4bit_nc", seq_lens=[20], q_lens=[2])
+    b.attention(kernel_args.prepare(*case.args(), None, 1), "host")
+    name = b.request("status")["segment"]
+    b.attention(kernel_args.prepare(*case.args(), None, 2), "host")
+    assert b.request("status")["segment"] == name
+    assert os.path.exists(os.path.join(protocol.SHM_DIR, name))
+    pid = b.pid
+    b.close()
+    assert not os.path.exists(os.path.join(protocol.SHM_DIR, name))
+    assert not pid_alive(pid)
+
+
+def test_child_errors_are_reported_and_the_child_keeps_serving(bridge):
+    with pytest.raises(BridgeError, match="unknown op 'nope'"):
+        bridge.request("nope")
+    with pytest.raises(BridgeError, match="shm name '': expected a plain POSIX shared-memory name"):
+        bridge.request("attention", shm="", shm_size=0, args={}, kernel="host")
+    assert bridge.alive
+    assert bridge.request("status")["ok"] is True
+
+
+def test_child_that_crashes(bridge):
+    pid = bridge.pid
+    with pytest.raises(BridgeCrashError, match=r"killed by SIGSEGV during 'fault'"):
+        bridge.request("fault", mode="crash")
+    assert not bridge.alive and not pid_alive(pid)
+    with pytest.raises(BridgeError, match="closed after an earlier failure"):
+        bridge.request("status")
+
+
+def test_child_that_exits_during_a_request(bridge):
+    with pytest.raises(BridgeCrashError, match="exited with status 3"):
+        bridge.request("fault", mode="exit")
+
+
+def test_child_that_hangs_is_killed_after_the_timeout():
+    b = Bridge("host", env=FAULTS, request_timeout=1.5)
+    b.start()
+    pid = b.pid
+    t0 = time.monotonic()
+    with pytest.raises(
+        BridgeTimeoutError, match=r"no answer to 'fault' within 1.5 s and was killed.*TQ_SYCL_BRIDGE_TIMEOUT"
+    ):
+        b.request("fault", mode="hang")
+    assert time.monotonic() - t0 < 10
+    assert not pid_alive(pid)
+
+
+def test_child_that_hangs_before_its_hello():
+    script = "import sys, time; sys.stderr.write('JIT-compiling kernels\\n'); sys.stderr.flush(); time.sleep(60)"
+    b = Bridge("host", argv=[sys.executable, "-c", script], start_timeout=1.0)
+    t0 = time.monotonic()
+    with pytest.raises(
+        BridgeTimeoutError, match=r"(?s)no answer to 'hello' within 1 s.*TQ_SYCL_BRIDGE_START_TIMEOUT.*JIT-compiling"
+    ):
+        b.start()
+    assert time.monotonic() - t0 < 10
+    assert not pid_alive(b.pid)
+
+
+def test_child_that_dies_at_start_shows_its_stderr():
+    script = "import sys; sys.stderr.write('no libsycl.so.9 here\\n'); sys.exit(7)"
+    b = Bridge("host", argv=[sys.executable, "-c", script], start_timeout=30)
+    with pytest.raises(BridgeCrashError, match=r"(?s)exited with status 7 during 'hello'.*no libsycl.so.9 here"):
+        b.start()
+
+
+def test_child_that_is_not_a_bridge():
+    b = Bridge("host", argv=[sys.executable, "-c", "print('hello world')"], start_timeout=30)
+    with pytest.raises(BridgeProtocolError, match="did not start with a JSON hello"):
+        b.start()
+
+
+def test_version_mismatch_is_a_clear_error():
+    env = {**FAULTS, protocol.CLAIM_VERSION_ENV: "0.0.1"}
+    b = Bridge("host", env=env, start_timeout=60)
+    with pytest.raises(BridgeVersionError, match=r"tq_sycl 0.0.1 \(parent has 0.1.0\).*Reinstall tq-sycl"):
+        b.start()
+    assert not b.alive
+
+
+def test_missing_module_in_the_child_is_reported():
+    # the nightly backend without a nightly build: the child says what failed to load
+    b = Bridge("nightly", env=dict(os.environ), start_timeout=60)
+    with pytest.raises(BridgeError, match=r"could not load its SYCL module: (ModuleNotFoundError|ImportError)"):
+        b.start()
+
+
+def test_no_shell_between_parent_and_child(tmp_path):
+    # an argument full of shell syntax reaches the child verbatim: no shell parsed it
+    marker = tmp_path / "touched"
+    arg = f"$(touch {marker}); `touch {marker}` | ; > {marker}"
+    script = "import sys, json; print(json.dumps({'type': 'x', 'argv': sys.argv[1]}))"
+    b = Bridge("host", argv=[sys.executable, "-c", script, arg], start_timeout=30)
+    with pytest.raises(BridgeProtocolError, match="not a hello"):
+        b.start()
+    assert not marker.exists()

@@ -1,0 +1,255 @@
+"""The host core (tq_sycl._host: the SYCL kernels' shared headers on the CPU) vs tq_core.attention."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from cases import make_case, ragged_lengths, randint
+
+import tq_core
+import tq_sycl
+from tq_core.errors import DeviceError, PresetError, RangeError, ShapeError
+from tq_sycl import kernel_args
+from tq_sycl.errors import KernelChoiceError
+from tq_sycl.extensions import host_module
+
+PRESETS = sorted(tq_core.PRESETS)
+# float32 everywhere; differences come from summation order and the rotated-domain dot
+# product (query rotated instead of keys), both ~1e-6 on outputs of magnitude ~1
+ATOL, RTOL = 2e-5, 2e-5
+
+
+def host(case, out=None, num_splits=None):
+    return tq_sycl.attention(*case.args(), out=out, kernel="host", num_splits=num_splits)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("group", [1, 4, 8])
+def test_ragged_decode_and_verify(gen, preset, group):
+    seq_lens, q_lens = ragged_lengths(gen, num_reqs=5, max_q=8, max_seq=90)
+    case = make_case(
+        gen, preset, group=group, block_size=[16, 32][randint(gen, 0, 1)], seq_lens=seq_lens, q_lens=q_lens
+    )
+    splits = randint(gen, 1, 5)
+    got = host(case, num_splits=splits)
+    torch.testing.assert_close(got, case.reference(), atol=ATOL, rtol=RTOL, msg=f"num_splits={splits}")
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("head_dim", [64, 256, 512])
+def test_head_dims(gen, preset, head_dim):
+    case = make_case(gen, preset, head_dim=head_dim, num_kv_heads=1, group=2, seq_lens=[23, 40], q_lens=[1, 4])
+    torch.testing.assert_close(host(case, num_splits=2), case.reference(), atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_odd_lengths_and_full_prefill(gen, preset):
+    # lengths off every tile/block boundary; q_len == seq_len is a whole prompt
+    seq_lens = [1, 15, 17, 33, 47]
+    q_lens = [1, 15, 3, 33, 2]
+    case = make_case(gen, preset, block_size=16, group=3, num_kv_heads=2, seq_lens=seq_lens, q_lens=q_lens)
+    torch.testing.assert_close(host(case, num_splits=3), case.reference(), atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_split_counts_agree_and_masked_splits_are_harmless(gen, preset):
+    # 64 splits of a 20-token sequence: most splits see nothing at all, and for the first
+    # verify rows some splits are entirely causal-masked; none may contribute a NaN
+    case = make_case(gen, preset, seq_lens=[20, 70], q_lens=[6, 1], group=4)
+    ref = case.reference()
+    outs = [host(case, num_splits=s) for s in (1, 2, 7, 64)]
+    for s, o in zip((1, 2, 7, 64), outs, strict=True):
+        assert torch.isfinite(o).all(), f"num_splits={s}"
+        torch.testing.assert_close(o, ref, atol=ATOL, rtol=RTOL, msg=f"num_splits={s}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_dtypes(gen, dtype):
+    preset = PRESETS[randint(gen, 0, len(PRESETS) - 1)]
+    case = make_case(gen, preset, seq_lens=[31, 9], q_lens=[4, 1], dtype=dtype)
+    got = host(case, num_splits=2)
+    assert got.dtype == dtype
+    # both round the same float32 result once to `dtype`: at most one rounding step apart
+    eps = torch.finfo(dtype).eps
+    torch.testing.assert_close(got.float(), case.reference().float(), atol=4 * eps, rtol=2 * eps)
+
+
+def test_nan_poisoned_out_rows_past_the_last_request_stay_untouched(gen):
+    case = make_case(gen, "turboquant_k3v4_nc", seq_lens=[12, 30], q_lens=[2, 3])
+    extra = 3
+    query = torch.cat([case.query, torch.randn(extra, *case.query.shape[1:], generator=gen)])
+    case.query = query
+    out = torch.full_like(query, float("nan"))
+    got = host(case, out=out, num_splits=2)
+    assert got is out
+    n = int(case.query_start_loc[-1])
+    assert torch.isfinite(out[:n]).all(), "a covered row still holds NaN"
+    assert torch.isnan(out[n:]).all(), "rows past query_start_loc[-1] were written"
+    torch.testing.assert_close(out[:n], case.reference()[:n], atol=ATOL, rtol=RTOL)
+
+
+def test_strided_views(gen):
+    # vLLM's head-major cache seen through transpose(1, 2), a query slice of a wider
+    # tensor, an output with gaps between heads and an int64 block table with extra columns
+    preset = PRESETS[randint(gen, 0, len(PRESETS) - 1)]
+    base = make_case(gen, preset, seq_lens=[40, 7], q_lens=[3, 1], num_kv_heads=2, group=2)
+    nb, bs, hk, slot = base.kv_cache.shape
+    head_major = torch.empty(nb, hk, bs, slot, dtype=torch.uint8)
+    head_major.copy_(base.kv_cache.transpose(1, 2))
+    # tq's block bytes must stay identical: copy block bytes, not logical elements
+    flat = torch.as_strided(base.kv_cache, (nb, bs * hk * slot), (base.kv_cache.stride(0), 1))
+    torch.as_strided(head_major, (nb, bs * hk * slot), (head_major.stride(0), 1)).copy_(flat)
+    kv_view = head_major.transpose(1, 2)
+    wide_q = torch.randn(base.query.shape[0], base.query.shape[1], 2 * base.query.shape[2], generator=gen)
+    wide_q[..., : base.query.shape[2]] = base.query
+    q_view = wide_q[..., : base.query.shape[2]]
+    bt = torch.zeros(base.block_table.shape[0], base.block_table.shape[1] + 5, dtype=torch.int64)
+    bt[:, : base.block_table.shape[1]] = base.block_table
+    big_out = torch.zeros(q_view.shape[0], q_view.shape[1] + 1, q_view.shape[2])
+    out = big_out[:, 1:, :]
+    ref = base.reference()
+    got = tq_sycl.attention(
+        q_view,
+        kv_view,
+        bt,
+        base.seq_lens.long(),
+        base.query_start_loc.long(),
+        preset,
+        base.scale,
+        out=out,
+        kernel="host",
+        num_splits=2,
+    )
+    assert got is out
+    torch.testing.assert_close(out, ref, atol=ATOL, rtol=RTOL)
+    assert (big_out[:, 0] == 0).all()
+
+
+def test_out_with_non_unit_last_stride_is_written_back(gen):
+    case = make_case(gen, "turboquant_4bit_nc", seq_lens=[18], q_lens=[2])
+    storage = torch.zeros(case.query.shape[2], case.query.shape[1], case.query.shape[0])
+    out = storage.permute(2, 1, 0)  # last-dim stride != 1
+    got = host(case, out=out)
+    assert got is out
+    torch.testing.assert_close(out, case.reference(), atol=ATOL, rtol=RTOL)
+
+
+def test_empty_batches_and_zero_length_queries(gen):
+    case = make_case(gen, "turboquant_k8v4", seq_lens=[10, 5, 8], q_lens=[0, 2, 0])
+    torch.testing.assert_close(host(case), case.reference(), atol=ATOL, rtol=RTOL)
+    none = make_case(gen, "turboquant_k8v4", seq_lens=[], q_lens=[])
+    assert host(none).shape == none.query.shape
+
+
+def test_arguments_are_validated_with_named_errors(gen):
+    case = make_case(gen, "turboquant_3bit_nc", seq_lens=[10], q_lens=[2])
+    q, kv, bt, sl, qsl, p, scale = case.args()
+    with pytest.raises(KernelChoiceError, match="kernel='cuda'"):
+        tq_sycl.attention(q, kv, bt, sl, qsl, p, scale, kernel="cuda")
+    with pytest.raises(PresetError, match="preset="):
+        tq_sycl.attention(q, kv, bt, sl, qsl, "turboquant_2bit", scale, kernel="host")
+    with pytest.raises(RangeError, match=r"q_len=2 exceeds seq_lens\[0\]=1"):
+        tq_sycl.attention(q, kv, bt, torch.tensor([1]), qsl, p, scale, kernel="host")
+    with pytest.raises(PresetError, match=r"query.shape\[-1\] \(head_dim\)=96"):
+        tq_sycl.attention(q[..., :96], kv, bt, sl, qsl, p, scale, kernel="host")
+    with pytest.raises(ShapeError, match="query: expected 3 dims"):
+        tq_sycl.attention(q[0], kv, bt, sl, qsl, p, scale, kernel="host")
+    with pytest.raises(ValueError, match="num_splits=0"):
+        tq_sycl.attention(q, kv, bt, sl, qsl, p, scale, kernel="host", num_splits=0)
+    with pytest.raises(DeviceError, match="kernel='host' runs on CPU"):
+        tq_sycl.attention(q.to("meta"), kv, bt, sl, qsl, p, scale, kernel="host")
+
+
+def test_sycl_kernels_without_a_build_say_what_is_missing(gen, monkeypatch):
+    monkeypatch.delenv("TQ_SYCL_NIGHTLY_ROOT", raising=False)
+    case = make_case(gen, "turboquant_k8v4", seq_lens=[10], q_lens=[1])
+    with pytest.raises(tq_core.BackendUnavailableError, match="TQ_SYCL_NIGHTLY_ROOT is not set"):
+        tq_sycl.attention(*case.args(), kernel="scalar")
+    # argument errors come before backend errors
+    q, kv, bt, sl, qsl, p, scale = case.args()
+    with pytest.raises(ShapeError, match="query: expected 3 dims"):
+        tq_sycl.attention(q[0], kv, bt, sl, qsl, p, scale, kernel="esimd")
+
+
+def test_bad_metadata_never_reads_out_of_bounds(gen):
+    # value checks off (the device path's default): block ids far outside the cache,
+    # negative ids, seq_lens past the table and a query_start_loc past the queries
+    case = make_case(gen, "turboquant_k3v4_nc", seq_lens=[30, 20], q_lens=[2, 2])
+    call = kernel_args.prepare(*case.args(), None, 3, check_values=False)
+    call.block_table[0, 0] = 1 << 30
+    call.block_table[1, 0] = -7
+    call.seq_lens[1] = 10_000
+    call.query_start_loc[2] = 1 << 20
+    host_module().attention(call.args)  # must not crash; results are unspecified
+    assert call.out.shape == case.query.shape
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_block_layout_matches_tq_core(preset):
+    p = tq_core.get_preset(preset)
+    for d in tq_core.SUPPORTED_HEAD_DIMS:
+        for bs in (1, 2, 4, 8, 16, 32, 64, 128):
+            for hk in (1, 3):
+                args = kernel_args.layout_args(p, d, bs, hk)
+                try:
+                    expected = p.block_layout(d, bs, hk)
+                except ShapeError:
+                    with pytest.raises(ValueError, match="block_size too small"):
+                        host_module().block_layout(args)
+                    continue
+                got = host_module().block_layout(args)
+                for field in (
+                    "slot_size_aligned",
+                    "key_code_bytes",
+                    "value_code_bytes",
+                    "key_offset",
+                    "norm_offset",
+                    "value_offset",
+                    "scale_offset",
+                    "zero_offset",
+                    "used_bytes",
+                    "head_stride",
+                    "block_bytes",
+                ):
+                    assert got[field] == getattr(expected, field), (preset, d, bs, hk, field)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_dequant_matches_tq_core_decode(gen, preset):
+    case = make_case(gen, preset, head_dim=128, seq_lens=[32], q_lens=[1], num_kv_heads=2, block_size=16)
+    call = kernel_args.prepare(*case.args(), None, 1)
+    views = tq_core.block_fields(case.kv_cache, call.checked.layout)
+    for blk in case.block_table[0].tolist()[:2]:
+        for head in range(2):
+            k, v = host_module().dequant_block(call.args, blk, head)
+            enc = tq_core.paged.read_fields(views, torch.full((16,), blk), torch.arange(16))
+            k_ref, v_ref = tq_core.decode_fields(enc, case.preset, 128, rotated=True)
+            torch.testing.assert_close(torch.from_numpy(k), k_ref[:, head], atol=1e-6, rtol=1e-6)
+            torch.testing.assert_close(torch.from_numpy(v), v_ref[:, head], atol=1e-6, rtol=1e-6)
+
+
+def test_number_formats_match_torch_bit_for_bit(gen):
+    mod = host_module()
+    bits = torch.arange(65536, dtype=torch.int32).to(torch.int16).view(torch.float16)
+    got = torch.from_numpy(mod.half_to_float(bits.view(torch.int16).numpy().view("uint16")))
+    ref = bits.float()
+    assert torch.equal(torch.isnan(got), torch.isnan(ref))
+    assert torch.equal(got[~torch.isnan(ref)], ref[~torch.isnan(ref)])
+
+    fp8 = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    got8 = torch.from_numpy(mod.fp8_to_float(fp8.numpy()))
+    ref8 = fp8.view(torch.float8_e4m3fn).float()
+    assert torch.equal(torch.isnan(got8), torch.isnan(ref8))
+    assert torch.equal(got8[~torch.isnan(ref8)], ref8[~torch.isnan(ref8)])
+
+    # random magnitudes across the half range, exact ties, subnormals, overflow
+    x = torch.randn(200_000, generator=gen) * torch.exp2(torch.randint(-30, 18, (200_000,), generator=gen).float())
+    ties = (torch.arange(-2048, 2048).float() + 0.5) * 2.0**-10
+    edge = torch.tensor([0.0, -0.0, 65504.0, 65519.99, 65520.0, 1e9, -1e9, 2.0**-24, 2.0**-25, 3 * 2.0**-26, 6e-8])
+    x = torch.cat([x, ties, edge, torch.tensor([math.inf, -math.inf])])
+    got16 = torch.from_numpy(mod.float_to_half(x.numpy()).view("int16"))
+    assert torch.equal(got16, x.to(torch.float16).view(torch.int16))
+    gotbf = torch.from_numpy(mod.float_to_bf16(x.numpy()).view("int16"))
+    assert torch.equal(gotbf, x.to(torch.bfloat16).view(torch.int16))

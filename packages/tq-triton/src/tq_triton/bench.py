@@ -1,0 +1,263 @@
+"""Benchmark cases and timers shared by ``tq bench``, ``tq sweep`` and the device scripts.
+
+A case is a named shape (batch, heads, head_dim, sequence and query lengths); building
+it fills a paged cache through ``tq_triton.store`` from random bf16 keys and values with
+LLM-like key statistics, over a shuffled block table as a long-running server has.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from tq_core import get_preset
+
+from .attention import attention
+from .store import store
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    batch: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    seq_len: int
+    q_len: int = 1
+    # optional per-request q_lens / seq_lens (ragged); lengths default to q_len / seq_len
+    q_lens: tuple[int, ...] | None = None
+    seq_lens: tuple[int, ...] | None = None
+    block_size: int = 16
+
+    def request_q_lens(self) -> list[int]:
+        return list(self.q_lens) if self.q_lens else [self.q_len] * self.batch
+
+    def request_seq_lens(self) -> list[int]:
+        return list(self.seq_lens) if self.seq_lens else [self.seq_len] * self.batch
+
+
+SHAPES: dict[str, Shape] = {
+    s.name: s
+    for s in (
+        Shape("poc", batch=4, q_heads=32, kv_heads=4, head_dim=128, seq_len=8192, q_len=8),
+        Shape("decode-32k", batch=32, q_heads=32, kv_heads=8, head_dim=128, seq_len=32768, q_len=1),
+        Shape("verify-32k", batch=8, q_heads=32, kv_heads=8, head_dim=128, seq_len=32768, q_len=8),
+        Shape(
+            "ragged",
+            batch=8,
+            q_heads=32,
+            kv_heads=8,
+            head_dim=128,
+            seq_len=16384,
+            q_lens=(1, 8, 1, 3, 5, 1, 2, 7),
+            seq_lens=(16384, 9001, 30000, 517, 12345, 4099, 20000, 2048),
+        ),
+    )
+}
+
+
+@dataclass
+class Case:
+    shape: Shape
+    preset: str
+    query: torch.Tensor
+    kv_cache: torch.Tensor
+    block_table: torch.Tensor
+    seq_lens: torch.Tensor
+    query_start_loc: torch.Tensor
+    scale: float
+    max_query_len: int
+    # dense bf16 K/V [batch, kv_heads, max_seq, head_dim] for the bf16 baseline (optional)
+    dense_k: torch.Tensor | None = None
+    dense_v: torch.Tensor | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def cache_bytes_read(self) -> int:
+        """Compressed bytes one attention call must read (each cached token's slots once)."""
+        lay = get_preset(self.preset).layout(self.shape.head_dim)
+        return sum(self.shape.request_seq_lens()) * self.shape.kv_heads * lay.slot_size_aligned
+
+    @property
+    def bf16_bytes_read(self) -> int:
+        return sum(self.shape.request_seq_lens()) * self.shape.kv_heads * self.shape.head_dim * 2 * 2
+
+
+def llm_like_kv(
+    n: int, heads: int, d: int, gen: torch.Generator, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys with a few high-magnitude channels (as real LLM keys have), Gaussian values, bf16."""
+    k = torch.randn(n, heads, d, generator=gen, device=device)
+    hot = torch.randperm(d, generator=gen, device=device)[:4]
+    k[..., hot] *= 8.0
+    k += 0.5 * torch.randn(1, heads, d, generator=gen, device=device)
+    v = torch.randn(n, heads, d, generator=gen, device=device)
+    return k.to(torch.bfloat16), v.to(torch.bfloat16)
+
+
+def build_case(shape: Shape, preset: str, device: torch.device, seed: int = 0, dense: bool = False) -> Case:
+    gen = torch.Generator(device=device).manual_seed(seed)
+    bs = shape.block_size
+    seq = shape.request_seq_lens()
+    qls = shape.request_q_lens()
+    blocks_per = [math.ceil(s / bs) for s in seq]
+    max_blocks = max(blocks_per)
+    total_blocks = sum(blocks_per)
+    p = get_preset(preset)
+    slot = p.layout(shape.head_dim).slot_size_aligned
+    cache = torch.zeros(total_blocks, bs, shape.kv_heads, slot, dtype=torch.uint8, device=device)
+    perm = torch.randperm(total_blocks, generator=gen, device=device).to(torch.int32)
+    table = torch.zeros(shape.batch, max_blocks, dtype=torch.int32, device=device)
+    dk = dv = None
+    if dense:
+        dk = torch.zeros(shape.batch, shape.kv_heads, max(seq), shape.head_dim, dtype=torch.bfloat16, device=device)
+        dv = torch.zeros_like(dk)
+    used = 0
+    for r, (s, nb) in enumerate(zip(seq, blocks_per, strict=True)):
+        ids = perm[used : used + nb]
+        used += nb
+        table[r, :nb] = ids
+        k, v = llm_like_kv(s, shape.kv_heads, shape.head_dim, gen, device)
+        pos = torch.arange(s, device=device)
+        slots = ids.long()[pos // bs] * bs + pos % bs
+        store(k, v, cache, slots, p)
+        if dense:
+            dk[r, :, :s] = k.transpose(0, 1)
+            dv[r, :, :s] = v.transpose(0, 1)
+    nq = sum(qls)
+    query = torch.randn(nq, shape.q_heads, shape.head_dim, generator=gen, device=device).to(torch.bfloat16)
+    qsl = torch.tensor([0, *torch.tensor(qls).cumsum(0).tolist()], dtype=torch.int32, device=device)
+    return Case(
+        shape=shape,
+        preset=preset,
+        query=query,
+        kv_cache=cache,
+        block_table=table,
+        seq_lens=torch.tensor(seq, dtype=torch.int32, device=device),
+        query_start_loc=qsl,
+        scale=shape.head_dim**-0.5,
+        max_query_len=max(qls),
+        dense_k=dk,
+        dense_v=dv,
+    )
+
+
+def run_tq(case: Case, out: torch.Tensor | None = None, **kw) -> torch.Tensor:
+    return attention(
+        case.query,
+        case.kv_cache,
+        case.block_table,
+        case.seq_lens,
+        case.query_start_loc,
+        case.preset,
+        case.scale,
+        out=out,
+        max_query_len=case.max_query_len,
+        **kw,
+    )
+
+
+def looped_per_token(case: Case) -> Callable[[], None]:
+    """Seeds' baseline 1: one q_len=1 call per verify token position (uniform q_len only)."""
+    sh = case.shape
+    q_len = sh.q_len
+    b = sh.batch
+    q = case.query.view(b, q_len, sh.q_heads, sh.head_dim)
+    qsl = torch.arange(b + 1, dtype=torch.int32, device=case.query.device)
+    lens = [case.seq_lens - (q_len - 1 - i) for i in range(q_len)]
+    qs = [q[:, i].contiguous() for i in range(q_len)]
+    outs = [torch.empty_like(x) for x in qs]
+
+    def fn() -> None:
+        for i in range(q_len):
+            attention(
+                qs[i],
+                case.kv_cache,
+                case.block_table,
+                lens[i],
+                qsl,
+                case.preset,
+                case.scale,
+                out=outs[i],
+                max_query_len=1,
+            )
+
+    return fn
+
+
+def batched_per_token(case: Case) -> Callable[[], None]:
+    """Seeds' baseline 2: one call, each verify token its own q_len=1 request with its own length."""
+    qls = case.shape.request_q_lens()
+    dev = case.query.device
+    rows, lens = [], []
+    seq = case.seq_lens.tolist()
+    for r, ql in enumerate(qls):
+        for i in range(ql):
+            rows.append(r)
+            lens.append(seq[r] - (ql - 1 - i))
+    rows_t = torch.tensor(rows, device=dev)
+    table = case.block_table[rows_t].contiguous()
+    lens_t = torch.tensor(lens, dtype=torch.int32, device=dev)
+    qsl = torch.arange(len(rows) + 1, dtype=torch.int32, device=dev)
+    out = torch.empty_like(case.query)
+
+    def fn() -> None:
+        attention(case.query, case.kv_cache, table, lens_t, qsl, case.preset, case.scale, out=out, max_query_len=1)
+
+    return fn
+
+
+def sdpa_bf16(case: Case) -> tuple[Callable[[], None], str]:
+    """bf16 attention on the same shape with torch SDPA's fastest backend that accepts it."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.bias import causal_lower_right
+
+    sh = case.shape
+    if sh.q_lens or sh.seq_lens:
+        raise ValueError("the bf16 baseline needs a uniform shape")
+    q = case.query.view(sh.batch, sh.q_len, sh.q_heads, sh.head_dim).transpose(1, 2)
+    k, v = case.dense_k, case.dense_v
+    mask = None if sh.q_len == 1 else causal_lower_right(sh.q_len, sh.seq_len)
+    best: tuple[float, Callable[[], None], str] | None = None
+    for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
+
+        def fn(backend=backend) -> None:
+            with sdpa_kernel(backend):
+                torch.nn.functional.scaled_dot_product_attention(
+                    q, k, v, attn_mask=mask, scale=case.scale, enable_gqa=True
+                )
+
+        try:
+            fn()
+            torch.cuda.synchronize() if q.is_cuda else None
+        except Exception:  # backend refuses this shape or GQA
+            continue
+        t = time_ms(fn, warmup=5, rep=20)
+        if best is None or t < best[0]:
+            best = (t, fn, backend.name.lower())
+    if best is None:
+        raise RuntimeError("no SDPA backend accepted the bf16 baseline")
+    return best[1], best[2]
+
+
+def time_ms(fn: Callable[[], None], warmup: int = 25, rep: int = 100) -> float:
+    """Median milliseconds over ``rep`` timed runs after ``warmup`` runs (device events)."""
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+
+
+def copy_bandwidth_gbs(device: torch.device, nbytes: int = 2 << 30) -> float:
+    """Device-to-device copy bandwidth, bytes read plus written, in GB/s."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
+    dst = torch.empty_like(src)
+    t = time_ms(lambda: dst.copy_(src), warmup=5, rep=50)
+    return 2 * nbytes / (t * 1e-3) / 1e9
+
+
+def with_seq_len(shape: Shape, seq_len: int) -> Shape:
+    return replace(shape, seq_len=seq_len, name=f"{shape.name}@{seq_len}")
