@@ -1,1 +1,37 @@
-"""tq-triton sessions (filled in by the tq-triton work)."""
+"""tq-triton sessions."""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+from ._util import TRITON, install_core, pkg, pytest
+
+
+@nox.session(name="tests-triton", tags=["tests"])
+def tests_triton(session: nox.Session) -> None:
+    """tq-triton's suite on CPU through Triton's interpreter (small shapes)."""
+    install_core(session, TRITON)
+    session.install("-e", f"{pkg('tq-triton')}[test]")
+    session.env["TRITON_INTERPRET"] = "1"
+    session.env["TQ_TEST_DEVICE"] = "cpu"
+    pytest(session, pkg("tq-triton") + "/tests")
+
+
+@nox.session(name="tests-triton-gpu", venv_params=["--system-site-packages"])
+def tests_triton_gpu(session: nox.Session) -> None:
+    """The same suite at real sizes on this machine's GPU (cuda, or xpu with TQ_TEST_DEVICE=xpu).
+
+    Uses the torch and Triton already installed for the GPU (system site packages)."""
+    session.install("--no-deps", "-e", pkg("tq-core"), "-e", pkg("tq-triton"))
+    session.env["TQ_TEST_DEVICE"] = os.environ.get("TQ_TEST_DEVICE", "cuda")
+    session.env.pop("TRITON_INTERPRET", None)
+    pytest(session, pkg("tq-triton") + "/tests")
+
+
+@nox.session(venv_params=["--system-site-packages"])
+def bench(session: nox.Session) -> None:
+    """`tq bench` on the standard shapes (needs a GPU; uses the system's GPU torch)."""
+    session.install("--no-deps", "-e", pkg("tq-core"), "-e", pkg("tq-triton"))
+    session.run("tq", "bench", *session.posargs)

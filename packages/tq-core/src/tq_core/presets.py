@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -39,7 +40,7 @@ class Preset:
     def layout(self, head_dim: int) -> SlotLayout:
         """vLLM's per-token slot layout at ``head_dim``."""
         self.check_head_dim(head_dim)
-        return slot_layout(head_dim, self.key_bits, self.value_bits, not self.key_is_fp8)
+        return _slot_layout_cached(head_dim, self.key_bits, self.value_bits, not self.key_is_fp8)
 
     def block_layout(self, head_dim: int, block_size: int, num_kv_heads: int = 1) -> BlockLayout:
         """tq's in-block arrangement for a cache block of ``block_size`` tokens."""
@@ -47,7 +48,7 @@ class Preset:
             raise ShapeError(f"block_size={block_size!r}: expected a positive int")
         if not isinstance(num_kv_heads, int) or num_kv_heads < 1:
             raise ShapeError(f"num_kv_heads={num_kv_heads!r}: expected a positive int")
-        bl = block_layout(self.layout(head_dim), block_size, num_kv_heads)
+        bl = _block_layout_cached(self.layout(head_dim), block_size, num_kv_heads)
         if bl is None:
             raise ShapeError(
                 f"block_size={block_size} is too small for tq's 16-byte aligned fields "
@@ -58,6 +59,10 @@ class Preset:
     def __str__(self) -> str:
         return self.name
 
+
+# layouts are pure functions of small integers; launchers ask for them on every call
+_slot_layout_cached = functools.lru_cache(maxsize=256)(slot_layout)
+_block_layout_cached = functools.lru_cache(maxsize=1024)(block_layout)
 
 PRESETS: dict[str, Preset] = {
     p.name: p

@@ -2,10 +2,14 @@
 
 ``store`` and ``attention`` have the same names and signatures as in ``tq_core``; CPU
 tensors run only under ``TRITON_INTERPRET=1`` (set before import), otherwise they raise.
+Importing this package also registers ``torch.ops.tq.store``, ``torch.ops.tq.attention``
+and ``torch.ops.tq.attention_out``.
 """
 
+from . import torch_ops  # noqa: F401  (registers the torch operators)
 from .__about__ import __version__
 from .attention import attention
 from .store import store
+from .tuning import AttentionConfig, StoreConfig, TuningError
 
-__all__ = ["__version__", "attention", "store"]
+__all__ = ["AttentionConfig", "StoreConfig", "TuningError", "__version__", "attention", "store"]

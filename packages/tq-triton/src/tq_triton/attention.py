@@ -361,7 +361,7 @@ def _attention_kernel(
                 mask=row_ok[:, None],
             )
         else:
-            lse = tl.where(l_i > 0, m_i + tl.log2(l_i), float("-inf"))
+            lse = tl.where(l_i > 0, m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0)), float("-inf"))
             slot = (q_row * NUM_Q_HEADS + head) * NUM_SPLITS + split
             tl.store(Partial + slot[:, None] * D + d[None, :], o, mask=row_ok[:, None])
             tl.store(Lse + slot, lse, mask=row_ok)
@@ -431,12 +431,14 @@ def attention(
     *,
     max_query_len: int | None = None,
     num_kv_splits: int | None = None,
+    config: AttentionConfig | None = None,
 ) -> torch.Tensor:
     """Causal attention of each request's newest query tokens over its paged compressed cache.
 
     Same contract as ``tq_core.attention``. ``max_query_len`` (the longest q_len in the
     batch, known to vLLM on the host) picks the tile shape; it is a hint, any q_len is
-    computed correctly. ``num_kv_splits`` overrides the tuning table for this call.
+    computed correctly. ``num_kv_splits`` / ``config`` override the tuning table for this
+    call (``tq sweep`` uses them).
     """
     args = check_attention_args(
         query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, check_values=debug_enabled()
@@ -456,7 +458,7 @@ def attention(
     if g_pad > MAX_BLOCK_M:
         raise ValueError(f"query: {group} q heads per kv head is more than tq_triton supports ({MAX_BLOCK_M})")
     block_q = plan_block_q(nq, args.num_reqs, g_pad, max_query_len)
-    cfg = attention_config(query.device, p.name, block_q)
+    cfg = config or attention_config(query.device, p.name, block_q)
     splits = num_kv_splits or plan_splits(cfg, query.device, args.num_reqs, hk)
     dev = query.device
     cent = dummy(dev) if p.key_is_fp8 else codebook(p, d, dev)[2]

@@ -21,7 +21,7 @@ from ._bits import store_codes
 from ._rotation import fwht_rows
 from .constants import codebook, dummy
 from .device import check_runnable
-from .tuning import store_config
+from .tuning import StoreConfig, store_config
 
 FP16_MAX = tl.constexpr(65504.0)
 FP8_MAX = tl.constexpr(448.0)
@@ -94,7 +94,7 @@ def _store_kernel(
         norm = tl.sqrt(tl.sum(k * k, axis=1))
         y = fwht_rows(k, BLOCK_T, D, LOG2_D)
         # y is sqrt(D) * (H k); the unit vector's coordinate is y / (sqrt(D) * norm)
-        inv = tl.where(norm > 0, 1.0 / (norm * tl.sqrt(D * 1.0)), 0.0)
+        inv = tl.where(norm > 0, 1.0 / (tl.where(norm > 0, norm, 1.0) * tl.sqrt(D * 1.0)), 0.0)
         u = y * inv[:, None]
         codes = tl.zeros((BLOCK_T, D), dtype=tl.uint32)
         for j in tl.static_range(NUM_BOUNDS):
@@ -123,7 +123,13 @@ def _store_kernel(
 
 
 def store(
-    key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor, preset: str | Preset
+    key: torch.Tensor,
+    value: torch.Tensor,
+    kv_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    preset: str | Preset,
+    *,
+    config: StoreConfig | None = None,
 ) -> None:
     """Encode ``key``/``value`` ``[num_tokens, num_kv_heads, head_dim]`` into ``kv_cache`` at
     ``slot_mapping`` (negative entries skipped). Same contract as ``tq_core.store``."""
@@ -138,7 +144,7 @@ def store(
         value = value.contiguous()
     p, lay = args.preset, args.layout
     bounds = dummy(key.device) if p.key_is_fp8 else codebook(p, d, key.device)[1]
-    cfg = store_config(key.device, p.name)
+    cfg = config or store_config(key.device, p.name)
     grid = (triton.cdiv(n, cfg.block_t), h)
     _store_kernel[grid](
         key,

@@ -1,2 +1,155 @@
-def register(sub):  # replaced below
-    pass
+"""``tq sweep``: measure launch parameters on the present GPU and write a tuning table.
+
+For each preset and query bucket it times ``tq_triton.attention`` on a representative
+shape over a grid of tile sizes, warps, pipelining modes and split counts, and the store
+over tile sizes and warps; the fastest entries go into a JSON table that the launchers
+read from ``$TQ_TUNING_DIR`` (default ``~/.cache/tq/tuning``) before the shipped ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import json
+import re
+import sys
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+
+from .. import bench, tuning
+from ..device import default_device, device_key
+from ..store import store
+from ..tuning import AttentionConfig, StoreConfig
+from ._progress import progress
+
+# bucket -> the shape its entry is measured on
+BUCKET_SHAPES = {"q1": "decode-32k", "q8": "verify-32k"}
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("sweep", help="tune tq_triton's launch parameters on this GPU", description=__doc__)
+    p.add_argument("--presets", default="all", help="comma list or 'all'")
+    p.add_argument("--buckets", default="q1,q8", help=f"query buckets to sweep ({', '.join(BUCKET_SHAPES)})")
+    p.add_argument("--block-kv", default="32,64")
+    p.add_argument("--warps", default="4,8")
+    p.add_argument("--modes", default="prefetch:1,pipeline:2,pipeline:3", help="prefetch:STAGES or pipeline:STAGES")
+    p.add_argument("--splits", default="0,16,32", help="0 = from the grid size (waves per SM)")
+    p.add_argument("--seq-len", type=int, default=None, help="override the shapes' sequence length")
+    p.add_argument("--out", type=Path, default=None, help="table path (default: $TQ_TUNING_DIR/<device>.json)")
+    p.add_argument("--no-store", action="store_true", help="skip the store sweep")
+    p.set_defaults(func=run)
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tq_core import PRESETS
+
+    dev = default_device()
+    name = device_key(dev)
+    presets = list(PRESETS) if args.presets == "all" else args.presets.split(",")
+    buckets = args.buckets.split(",")
+    for b in buckets:
+        if b not in BUCKET_SHAPES:
+            print(f"tq sweep: unknown bucket {b!r}; expected one of {sorted(BUCKET_SHAPES)}", file=sys.stderr)
+            return 2
+    modes = []
+    for m in args.modes.split(","):
+        kind, _, stages = m.partition(":")
+        modes.append((1 if kind == "prefetch" else 0, int(stages or 1)))
+    grid = [
+        AttentionConfig(block_kv=bkv, num_warps=w, prefetch=pf, num_stages=st, kv_splits=sp)
+        for bkv, w, (pf, st), sp in itertools.product(
+            _ints(args.block_kv), _ints(args.warps), modes, _ints(args.splits)
+        )
+    ]
+    table: dict = {
+        "device": name,
+        "match": [name],
+        "source": {
+            "command": "tq " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "tq sweep",
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "torch": torch.__version__,
+            "triton": __import__("triton").__version__,
+        },
+        "store": {},
+        "attention": {},
+        "measurements": [],
+    }
+    jobs = list(itertools.product(presets, buckets))
+    for preset, bucket in progress(jobs, len(jobs), "attention"):
+        shape = bench.SHAPES[BUCKET_SHAPES[bucket]]
+        if args.seq_len:
+            shape = bench.with_seq_len(shape, args.seq_len)
+        case = bench.build_case(shape, preset, dev, seed=0)
+        best: tuple[float, AttentionConfig] | None = None
+        for cfg in grid:
+            try:
+                t = bench.time_ms(lambda case=case, cfg=cfg: bench.run_tq(case, config=cfg), warmup=10, rep=40)
+            except Exception as exc:  # a config may not compile (resources): record and go on
+                table["measurements"].append(
+                    {"preset": preset, "bucket": bucket, **asdict(cfg), "error": str(exc)[:200]}
+                )
+                continue
+            table["measurements"].append({"preset": preset, "bucket": bucket, **asdict(cfg), "ms": round(t, 5)})
+            if best is None or t < best[0]:
+                best = (t, cfg)
+        del case
+        torch.cuda.empty_cache() if dev.type == "cuda" else None
+        if best is None:
+            continue
+        entry = {
+            k: v
+            for k, v in asdict(best[1]).items()
+            if k in ("block_kv", "num_warps", "num_stages", "kv_splits", "prefetch")
+        }
+        entry["ms"] = round(best[0], 5)
+        sec = table["attention"].setdefault(preset, {})
+        sec[bucket] = entry
+        # the verify bucket also serves the buckets nobody swept
+        if bucket == "q8" or "*" not in sec:
+            sec["*"] = dict(entry)
+    if not args.no_store:
+        _sweep_store(table, presets, dev)
+    out = args.out or (tuning.user_table_dir() / f"{_slug(name)}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(table, indent=1) + "\n")
+    tuning.clear_cache()
+    print(f"wrote {out}")
+    for preset, sec in table["attention"].items():
+        for bucket, e in sec.items():
+            if bucket != "*":
+                print(f"  {preset:20} {bucket:4} {e}")
+    return 0
+
+
+def _sweep_store(table: dict, presets: list[str], dev: torch.device) -> None:
+    from tq_core import get_preset
+
+    n, h, d = 1 << 18, 8, 128
+    gen = torch.Generator(device=dev).manual_seed(0)
+    k, v = bench.llm_like_kv(n, h, d, gen, dev)
+    slots = torch.randperm(n, device=dev, generator=gen)
+    for preset in progress(presets, len(presets), "store"):
+        slot = get_preset(preset).layout(d).slot_size_aligned
+        cache = torch.zeros(n // 16, 16, h, slot, dtype=torch.uint8, device=dev)
+        best = None
+        for bt, w in itertools.product((16, 32, 64), (4, 8)):
+            cfg = replace(StoreConfig(), block_t=bt, num_warps=w)
+            t = bench.time_ms(
+                lambda cfg=cfg, cache=cache, preset=preset: store(k, v, cache, slots, preset, config=cfg),
+                warmup=5,
+                rep=20,
+            )
+            if best is None or t < best[0]:
+                best = (t, cfg)
+        table["store"][preset] = {"block_t": best[1].block_t, "num_warps": best[1].num_warps, "ms": round(best[0], 5)}

@@ -1,0 +1,247 @@
+"""``tq bench``: tq_triton.attention side by side with its peers on the present GPU.
+
+Per case: ``tq_triton.attention``; the two baselines the seeds compared against, built
+from our own q_len=1 path (one call per verify token; one batched call where every verify
+token is its own request); bf16 attention on the same shape through torch SDPA's fastest
+backend; and the store's throughput. Times are medians of many runs after warm-up
+(device events); bandwidth is the compressed bytes one call must read over its time,
+also as a share of the copy bandwidth measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from .. import bench
+from ..device import default_device, device_key
+from ..store import store
+from ._progress import progress
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "bench", help="benchmark tq_triton against bf16 attention and baselines", description=__doc__
+    )
+    p.add_argument(
+        "--shapes", default="poc,decode-32k,verify-32k,ragged", help=f"named: {', '.join(bench.SHAPES)}; or 'custom'"
+    )
+    p.add_argument("--presets", default="turboquant_k3v4_nc,turboquant_k8v4")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--q-heads", type=int, default=32)
+    p.add_argument("--kv-heads", type=int, default=8)
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--seq-len", type=int, default=8192)
+    p.add_argument("--q-len", type=int, default=1)
+    p.add_argument("--q-lens", default=None, help="ragged: comma list of q_len per request (custom shape)")
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--seq-lens", default=None, help="also run each shape at these sequence lengths (for --plot)")
+    p.add_argument("--no-baselines", action="store_true", help="skip the per-token baselines")
+    p.add_argument("--no-store", action="store_true")
+    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--plot", type=Path, default=None, help="PNG: time vs seq_len and bandwidth utilisation")
+    p.set_defaults(func=run)
+
+
+def _shapes(args: argparse.Namespace) -> list[bench.Shape]:
+    out = []
+    for name in args.shapes.split(","):
+        if name == "custom":
+            qls = tuple(int(x) for x in args.q_lens.split(",")) if args.q_lens else None
+            out.append(
+                bench.Shape(
+                    "custom",
+                    batch=len(qls) if qls else args.batch,
+                    q_heads=args.q_heads,
+                    kv_heads=args.kv_heads,
+                    head_dim=args.head_dim,
+                    seq_len=args.seq_len,
+                    q_len=args.q_len,
+                    q_lens=qls,
+                    block_size=args.block_size,
+                )
+            )
+        elif name in bench.SHAPES:
+            out.append(dataclasses.replace(bench.SHAPES[name], block_size=args.block_size))
+        else:
+            raise SystemExit(f"tq bench: unknown shape {name!r}; expected one of {sorted(bench.SHAPES)} or 'custom'")
+    if args.seq_lens:
+        out = [bench.with_seq_len(s, int(L)) if not s.seq_lens else s for s in out for L in args.seq_lens.split(",")]
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    dev = default_device()
+    presets = args.presets.split(",")
+    shapes = _shapes(args)
+    bw = bench.copy_bandwidth_gbs(dev)
+    rows: list[dict] = []
+    jobs = [(s, p) for s in shapes for p in presets]
+    bf16_ms: dict[str, float] = {}
+    for shape, preset in progress(jobs, len(jobs), "bench"):
+        uniform = not shape.q_lens and not shape.seq_lens
+        need_dense = uniform and shape.name not in bf16_ms
+        case = bench.build_case(shape, preset, dev, seed=0, dense=need_dense)
+        if need_dense:
+            fn, backend = bench.sdpa_bf16(case)
+            t = bench.time_ms(fn)
+            bf16_ms[shape.name] = t
+            rows.append(_row(shape, "bf16", f"sdpa-{backend}", t, case.bf16_bytes_read, bw))
+            case.dense_k = case.dense_v = None
+        t = bench.time_ms(lambda case=case: bench.run_tq(case))
+        rows.append(_row(shape, preset, "tq_triton", t, case.cache_bytes_read, bw))
+        if not args.no_baselines and max(shape.request_q_lens()) > 1:
+            if uniform:
+                rows.append(
+                    _row(
+                        shape,
+                        preset,
+                        "looped-per-token",
+                        bench.time_ms(bench.looped_per_token(case)),
+                        case.cache_bytes_read,
+                        bw,
+                    )
+                )
+            rows.append(
+                _row(
+                    shape,
+                    preset,
+                    "batched-per-token",
+                    bench.time_ms(bench.batched_per_token(case)),
+                    case.cache_bytes_read,
+                    bw,
+                )
+            )
+        del case
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    _ratios(rows)
+    if not args.no_store:
+        rows += _store_rows(presets, dev, bw)
+    _print(rows, bw, dev)
+    meta = {
+        "device": device_key(dev),
+        "copy_bandwidth_gbs": bw,
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "tq " + " ".join(sys.argv[2:]),
+        "torch": torch.__version__,
+        "triton": __import__("triton").__version__,
+    }
+    if args.json:
+        args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    if args.plot:
+        _plot(rows, bw, args.plot)
+    return 0
+
+
+def _row(shape: bench.Shape, preset: str, impl: str, ms: float, nbytes: int, bw: float) -> dict:
+    gbs = nbytes / (ms * 1e-3) / 1e9
+    return {
+        "shape": shape.name,
+        "seq_len": shape.seq_len,
+        "preset": preset,
+        "impl": impl,
+        "ms": ms,
+        "gbs": gbs,
+        "pct_copy_bw": 100 * gbs / bw,
+    }
+
+
+def _ratios(rows: list[dict]) -> None:
+    """Speed-ups of tq_triton rows over every peer of the same shape (and preset)."""
+    for r in rows:
+        if r["impl"] != "tq_triton":
+            continue
+        for peer in rows:
+            if peer["shape"] != r["shape"] or peer is r:
+                continue
+            if peer["impl"] == "tq_triton":
+                continue
+            if peer["preset"] not in ("bf16", r["preset"]):
+                continue
+            key = "x_vs_bf16" if peer["preset"] == "bf16" else f"x_vs_{peer['impl']}"
+            r[key] = peer["ms"] / r["ms"]
+
+
+def _store_rows(presets: list[str], dev: torch.device, bw: float) -> list[dict]:
+    from tq_core import get_preset
+
+    n, h, d = 1 << 20, 8, 128
+    gen = torch.Generator(device=dev).manual_seed(1)
+    k, v = bench.llm_like_kv(n, h, d, gen, dev)
+    slots = torch.randperm(n, device=dev, generator=gen)
+    rows = []
+    for preset in presets:
+        slot = get_preset(preset).layout(d).slot_size_aligned
+        cache = torch.zeros(n // 16, 16, h, slot, dtype=torch.uint8, device=dev)
+        t = bench.time_ms(lambda cache=cache, preset=preset: store(k, v, cache, slots, preset), warmup=5, rep=30)
+        nbytes = n * h * (2 * d * 2 + slot)
+        gbs = nbytes / (t * 1e-3) / 1e9
+        rows.append(
+            {
+                "shape": f"store-{n // 1024}k-tok",
+                "seq_len": n,
+                "preset": preset,
+                "impl": "tq_triton.store",
+                "ms": t,
+                "gbs": gbs,
+                "pct_copy_bw": 100 * gbs / bw,
+                "mtok_s": n / (t * 1e-3) / 1e6,
+            }
+        )
+    return rows
+
+
+def _fmt(r: dict, k: str) -> str:
+    return f"{r[k]:.2f}" if k in r else "-"
+
+
+def _print(rows: list[dict], bw: float, dev: torch.device) -> None:
+    print(f"\ndevice: {device_key(dev)}   copy bandwidth (read+write): {bw:.0f} GB/s")
+    cols = ("shape", "preset", "impl", "ms", "GB/s", "%bw", "x bf16", "x looped", "x batched")
+    head = "{:22} {:20} {:20} {:>9} {:>7} {:>6} {:>7} {:>8} {:>9}".format(*cols)
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        extra = f" {r['mtok_s']:.0f} Mtok/s" if "mtok_s" in r else ""
+        ratios = (_fmt(r, "x_vs_bf16"), _fmt(r, "x_vs_looped-per-token"), _fmt(r, "x_vs_batched-per-token"))
+        print(
+            f"{r['shape']:22} {r['preset']:20} {r['impl']:20} {r['ms']:9.4f} {r['gbs']:7.0f} {r['pct_copy_bw']:6.1f} "
+            "{:>7} {:>8} {:>9}".format(*ratios)
+            + extra
+        )
+
+
+def _plot(rows: list[dict], bw: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    base_names = sorted({r["shape"].split("@")[0] for r in rows if not r["shape"].startswith("store")})
+    for base in base_names:
+        series: dict[str, list[tuple[int, float, float]]] = {}
+        for r in rows:
+            if r["shape"].split("@")[0] != base:
+                continue
+            label = f"{base} {r['impl']}" + (
+                "" if r["preset"] == "bf16" else f" {r['preset'].removeprefix('turboquant_')}"
+            )
+            series.setdefault(label, []).append((r["seq_len"], r["ms"], r["pct_copy_bw"]))
+        for label, pts in series.items():
+            pts.sort()
+            ax1.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+            ax2.plot([p[0] for p in pts], [p[2] for p in pts], marker="o", label=label)
+    ax1.set(xscale="log", yscale="log", xlabel="seq_len", ylabel="ms (median)", title="attention time")
+    ax2.set(xscale="log", xlabel="seq_len", ylabel="% of copy bandwidth", title=f"bandwidth use (copy = {bw:.0f} GB/s)")
+    ax1.legend(fontsize=6)
+    ax2.axhline(70, color="grey", linestyle="--", linewidth=0.8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

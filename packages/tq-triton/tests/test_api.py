@@ -1,0 +1,140 @@
+"""Errors, tuning overrides, torch operator registration."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import ON_GPU, gen
+from helpers import make_batch
+
+import tq_core
+import tq_triton
+from tq_triton import tuning
+
+
+def test_cpu_tensors_without_interpreter_point_to_tq_core():
+    code = (
+        "import torch, tq_triton\n"
+        "k = torch.randn(2, 1, 128)\n"
+        "c = torch.zeros(1, 16, 1, 196, dtype=torch.uint8)\n"
+        "try:\n"
+        "    tq_triton.store(k, k, c, torch.tensor([0, 1]), 'turboquant_k8v4')\n"
+        "except tq_core.BackendUnavailableError as e:\n"
+        "    print('RAISED', e)\n"
+    ).replace("import torch, tq_triton", "import torch, tq_triton, tq_core")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert "RAISED" in r.stdout, r.stdout + r.stderr
+    assert "tq_core" in r.stdout and "TRITON_INTERPRET" in r.stdout
+
+
+def test_shape_errors_are_tq_errors(device):
+    k = torch.randn(3, 2, 128, device=device)
+    cache = torch.zeros(2, 16, 2, 196, dtype=torch.uint8, device=device)
+    with pytest.raises(tq_core.ShapeError, match="slot_mapping"):
+        tq_triton.store(k, k, cache, torch.zeros(2, dtype=torch.int64, device=device), "turboquant_k8v4")
+    with pytest.raises(tq_core.PresetError, match="preset"):
+        tq_triton.store(k, k, cache, torch.zeros(3, dtype=torch.int64, device=device), "turboquant_nope")
+    q = torch.randn(1, 3, 128, device=device)
+    with pytest.raises(tq_core.ShapeError, match="multiple"):
+        tq_triton.attention(
+            q,
+            cache,
+            torch.zeros(1, 1, dtype=torch.int32, device=device),
+            torch.ones(1, dtype=torch.int32, device=device),
+            torch.tensor([0, 1], dtype=torch.int32, device=device),
+            "turboquant_k8v4",
+            0.1,
+        )
+
+
+def test_debug_mode_checks_metadata_values(monkeypatch, device):
+    monkeypatch.setenv("TQ_DEBUG", "1")
+    k = torch.randn(2, 1, 128, device=device)
+    cache = torch.zeros(1, 16, 1, 196, dtype=torch.uint8, device=device)
+    with pytest.raises(tq_core.RangeError, match="slot_mapping"):
+        tq_triton.store(k, k, cache, torch.tensor([0, 99], device=device), "turboquant_k8v4")
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "match"),
+    [("TQ_BLOCK_KV", "33", "power of two"), ("TQ_NUM_WARPS", "x", "integer"), ("TQ_NUM_KV_SPLITS", "-1", "in \\[")],
+)
+def test_env_overrides_are_validated(monkeypatch, var, value, match):
+    monkeypatch.setenv(var, value)
+    with pytest.raises(tuning.TuningError, match=match):
+        tuning.attention_config(torch.device("cpu"), "turboquant_k8v4", 1)
+
+
+def test_env_override_and_table_lookup(monkeypatch, tmp_path):
+    table = tmp_path / "mine.json"
+    table.write_text(
+        '{"match": ["interpreter"], "attention": {"default": {"*": {"block_kv": 32}},'
+        ' "turboquant_k8v4": {"q1": {"num_warps": 2}}}}'
+    )
+    monkeypatch.setenv("TQ_TUNING_DIR", str(tmp_path))
+    tuning.clear_cache()
+    try:
+        cfg = tuning.attention_config(torch.device("cpu"), "turboquant_k8v4", 1)
+        assert (cfg.block_kv, cfg.num_warps) == (32, 2)
+        assert tuning.attention_config(torch.device("cpu"), "turboquant_k8v4", 8).num_warps == 4
+        monkeypatch.setenv("TQ_BLOCK_KV", "16")
+        assert tuning.attention_config(torch.device("cpu"), "turboquant_k8v4", 1).block_kv == 16
+    finally:
+        tuning.clear_cache()
+
+
+def test_shipped_tables_are_valid():
+    for t in tuning._tables(str(tuning.user_table_dir())):
+        for preset, sec in t.get("attention", {}).items():
+            for bucket, entry in sec.items():
+                tuning._apply(tuning.AttentionConfig(), entry, f"{t['_path']}:{preset}:{bucket}")
+
+
+def test_torch_ops_match_functions(seed, device):
+    b = make_batch(
+        "turboquant_k3v4_nc",
+        [30, 45],
+        [1, 3],
+        head_dim=64,
+        num_kv_heads=1,
+        group=2,
+        block_size=16,
+        g=gen(seed, device),
+        device=device,
+    )
+    args = (b.query, b.kv_cache, b.block_table, b.seq_lens, b.query_start_loc, b.preset, b.scale)
+    ref = tq_triton.attention(*args)
+    assert torch.equal(torch.ops.tq.attention(*args), ref)
+    out = torch.empty_like(ref)
+    torch.ops.tq.attention_out(*args, out)
+    assert torch.equal(out, ref)
+
+
+@pytest.mark.skipif(not ON_GPU and sys.platform != "linux", reason="opcheck runs on linux")
+def test_opcheck(seed, device):
+    b = make_batch(
+        "turboquant_k8v4",
+        [20, 9],
+        [1, 2],
+        head_dim=64,
+        num_kv_heads=1,
+        group=2,
+        block_size=16,
+        g=gen(seed, device),
+        device=device,
+    )
+    args = (b.query, b.kv_cache, b.block_table, b.seq_lens, b.query_start_loc, b.preset, b.scale)
+    torch.library.opcheck(torch.ops.tq.attention.default, args)
+    out = torch.empty_like(b.query)
+    torch.library.opcheck(torch.ops.tq.attention_out.default, (*args, out))
+    g = gen(seed + 1, device)
+    k = torch.randn(3, 1, 64, generator=g, device=device)
+    torch.library.opcheck(
+        torch.ops.tq.store.default,
+        (k, k, b.kv_cache.clone(), torch.tensor([40, -1, 41], device=device), "turboquant_k8v4"),
+    )

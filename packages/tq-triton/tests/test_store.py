@@ -1,0 +1,88 @@
+"""tq_triton.store against tq_core.store: byte-identical up to rounding-boundary codes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import ON_GPU, gen
+
+import tq_core
+import tq_triton
+from tq_core.bitpack import unpack_codes
+
+N_TOKENS = 3001 if ON_GPU else 77
+
+
+def caches(preset, head_dim, block_size, heads, g, device, n):
+    slot = tq_core.get_preset(preset).layout(head_dim).slot_size_aligned
+    nblocks = (n + block_size - 1) // block_size + 2
+    poison = torch.randint(
+        0, 256, (nblocks, block_size, heads, slot), generator=g, device=device, dtype=torch.int32
+    ).to(torch.uint8)
+    return poison.clone(), poison.clone(), nblocks * block_size
+
+
+@pytest.mark.parametrize("preset", list(tq_core.PRESETS))
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("block_size", [16, 128])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_store_matches_reference(preset, head_dim, block_size, dtype, seed, device):
+    g = gen(seed, device)
+    heads = 3
+    n = N_TOKENS
+    ref, got, nslots = caches(preset, head_dim, block_size, heads, g, device, n)
+    k = (torch.randn(n, heads, head_dim, generator=g, device=device) * 3).to(dtype)
+    v = torch.randn(n, heads, head_dim, generator=g, device=device).to(dtype)
+    slots = torch.randperm(nslots, generator=g, device=device)[:n]
+    slots[::7] = -1  # padding tokens are skipped
+    tq_core.store(k, v, ref, slots, preset)
+    tq_triton.store(k, v, got, slots, preset)
+    same = (ref == got).float().mean().item()
+    assert same >= 0.999, f"only {same:.5f} of bytes identical"
+    _differences_are_rounding_boundaries(ref, got, preset, head_dim, k, slots)
+
+
+def _differences_are_rounding_boundaries(ref, got, preset, head_dim, k, slots):
+    p = tq_core.get_preset(preset)
+    lay = p.block_layout(head_dim, ref.shape[1], ref.shape[2])
+    fr, fg = tq_core.block_fields(ref, lay), tq_core.block_fields(got, lay)
+    for name in ("norm", "scale", "zero"):
+        a, b = getattr(fr, name), getattr(fg, name)
+        if a is not None:
+            assert torch.equal(a, b), f"{name} bytes differ"
+    if p.key_is_fp8:
+        assert torch.equal(fr.key, fg.key), "fp8 key bytes differ"
+    else:
+        ca = unpack_codes(fr.key.reshape(-1, fr.key.shape[-1]), p.key_bits, head_dim)
+        cb = unpack_codes(fg.key.reshape(-1, fg.key.shape[-1]), p.key_bits, head_dim)
+        assert ((ca - cb).abs() <= 1).all(), "a key code differs by more than one level"
+    va = unpack_codes(fr.value.reshape(-1, fr.value.shape[-1]), p.value_bits, head_dim)
+    vb = unpack_codes(fg.value.reshape(-1, fg.value.shape[-1]), p.value_bits, head_dim)
+    assert ((va - vb).abs() <= 1).all(), "a value code differs by more than one level"
+
+
+def test_store_strided_key_view(seed, device):
+    """vLLM hands in key/value as views of the fused qkv projection."""
+    g = gen(seed, device)
+    n, h, d = 40, 2, 64
+    qkv = torch.randn(n, 3 * h * d, generator=g, device=device)
+    k = qkv[:, h * d : 2 * h * d].view(n, h, d)
+    v = qkv[:, 2 * h * d :].view(n, h, d)
+    ref, got, nslots = caches("turboquant_k3v4_nc", d, 16, h, g, device, n)
+    slots = torch.randperm(nslots, generator=g, device=device)[:n]
+    tq_core.store(k, v, ref, slots, "turboquant_k3v4_nc")
+    tq_triton.store(k, v, got, slots, "turboquant_k3v4_nc")
+    assert (ref == got).float().mean().item() >= 0.999
+
+
+def test_store_fp8_saturates(seed, device):
+    d = 64
+    k = torch.full((2, 1, d), 1e6, device=device)
+    k[1] = -1e6
+    v = torch.randn(2, 1, d, device=device)
+    _, got, _ = caches("turboquant_k8v4", d, 16, 1, gen(seed, device), device, 2)
+    tq_triton.store(k, v, got, torch.tensor([0, 1], device=device), "turboquant_k8v4")
+    lay = tq_core.get_preset("turboquant_k8v4").block_layout(d, 16, 1)
+    keys = tq_core.block_fields(got, lay).key[0, 0, :2].contiguous().view(torch.float8_e4m3fn).float()
+    assert torch.equal(keys[0], torch.full((d,), 448.0, device=device))
+    assert torch.equal(keys[1], torch.full((d,), -448.0, device=device))
