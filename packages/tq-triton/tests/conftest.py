@@ -16,8 +16,6 @@ if DEVICE == "cpu":
 
 import torch  # noqa: E402
 
-ON_GPU = DEVICE != "cpu"
-
 
 @pytest.fixture
 def device() -> torch.device:
@@ -30,7 +28,3 @@ def seed(request: pytest.FixtureRequest) -> int:
     s = int(os.environ.get("TQ_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
     print(f"seed={s} (rerun with TQ_TEST_SEED={s})")
     return s
-
-
-def gen(seed: int, device: torch.device) -> torch.Generator:
-    return torch.Generator(device=device).manual_seed(seed)

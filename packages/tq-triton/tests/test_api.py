@@ -8,8 +8,7 @@ import sys
 
 import pytest
 import torch
-from conftest import ON_GPU, gen
-from helpers import make_batch
+from tqt_helpers import ON_GPU, gen, make_batch
 
 import tq_core
 import tq_triton

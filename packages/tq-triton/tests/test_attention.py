@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ON_GPU, gen
-from helpers import make_batch
+from tqt_helpers import ON_GPU, gen, make_batch
 
 import tq_core
 import tq_triton

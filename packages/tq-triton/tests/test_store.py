@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ON_GPU, gen
+from tqt_helpers import ON_GPU, gen
 
 import tq_core
 import tq_triton

@@ -1,12 +1,20 @@
-"""Builders for paged batches used by the tq-triton tests."""
+"""Builders for paged batches used by the tq-triton tests (named apart from tq-core's
+test helpers so both suites can run in one pytest process)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
 
 import tq_core
+
+ON_GPU = os.environ.get("TQ_TEST_DEVICE", "cpu") != "cpu"
+
+
+def gen(seed: int, device: torch.device) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(seed)
 
 
 @dataclass
