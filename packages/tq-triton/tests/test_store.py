@@ -46,10 +46,16 @@ def _differences_are_rounding_boundaries(ref, got, preset, head_dim, k, slots):
     p = tq_core.get_preset(preset)
     lay = p.block_layout(head_dim, ref.shape[1], ref.shape[2])
     fr, fg = tq_core.block_fields(ref, lay), tq_core.block_fields(got, lay)
+    # fp16 norm and scale come from float32 sums / divisions done in another order:
+    # at most one fp16 step apart (a rounding boundary); the zero point (the minimum) is exact
     for name in ("norm", "scale", "zero"):
         a, b = getattr(fr, name), getattr(fg, name)
-        if a is not None:
-            assert torch.equal(a, b), f"{name} bytes differ"
+        if a is None:
+            continue
+        ia = a.contiguous().view(torch.int16).int()
+        ib = b.contiguous().view(torch.int16).int()
+        limit = 0 if name == "zero" else 1
+        assert (ia - ib).abs().max().item() <= limit, f"{name} differs by more than {limit} fp16 step"
     if p.key_is_fp8:
         assert torch.equal(fr.key, fg.key), "fp8 key bytes differ"
     else:

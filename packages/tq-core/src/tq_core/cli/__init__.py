@@ -18,8 +18,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tq", description="TurboQuant KV-cache tools")
     parser.add_argument("--version", action="version", version=f"tq-core {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # tq-core's own commands are registered directly, so `python -m tq_core.cli` also works
+    # from a source tree without installed metadata; other packages arrive as entry points
+    from . import capacity, demo, info
+
+    for mod in (capacity, demo, info):
+        mod.register(sub)
     broken = []
     for ep in sorted(entry_points(group="tq.commands"), key=lambda e: e.name):
+        if ep.value.startswith("tq_core."):
+            continue
         try:
             ep.load()(sub)
         except Exception as exc:  # a broken plugin must not take the other commands down

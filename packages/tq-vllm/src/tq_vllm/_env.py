@@ -1,0 +1,40 @@
+"""Environment switches read by tq-vllm (all optional; see docs/vllm.md).
+
+| variable | effect |
+|---|---|
+| ``TQ_VLLM_DISABLE=1`` | register nothing: vLLM's own TurboQuant backend (cuda/xpu) or its CPU attention runs |
+| ``TQ_VLLM_IMPL=auto|triton|core`` | kernels: ``auto`` = tq-triton on cuda/xpu, tq-core on CPU |
+| ``TQ_VLLM_IGNORE_VERSION=1`` | register even on a vLLM version outside ``SUPPORTED_VLLM`` |
+| ``TQ_VLLM_STATS=PATH`` | at exit, each process writes its call counters as JSON to ``PATH.<pid>.json`` |
+
+tq-core's ``TQ_DEBUG=1`` (metadata range checks in the fast kernels) applies as well.
+"""
+
+from __future__ import annotations
+
+import os
+
+IMPL_CHOICES = ("auto", "triton", "core")
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def disabled() -> bool:
+    return _flag("TQ_VLLM_DISABLE")
+
+
+def ignore_version() -> bool:
+    return _flag("TQ_VLLM_IGNORE_VERSION")
+
+
+def impl_choice() -> str:
+    choice = os.environ.get("TQ_VLLM_IMPL", "auto").strip().lower() or "auto"
+    if choice not in IMPL_CHOICES:
+        raise ValueError(f"TQ_VLLM_IMPL={choice!r}: expected one of {IMPL_CHOICES}")
+    return choice
+
+
+def stats_path() -> str | None:
+    return os.environ.get("TQ_VLLM_STATS") or None

@@ -1,0 +1,303 @@
+"""tq's attention backend for vLLM's ``turboquant_*`` KV-cache dtypes (vLLM 0.32 / 0.33).
+
+It owns both halves of the cache: ``do_kv_cache_update`` stores with ``tq_triton.store``
+/ ``tq_core.store`` and ``forward`` reads with the matching ``attention`` (tq arranges the
+bytes inside each block its own way, so vLLM's TurboQuant kernels must never see this
+cache). vLLM imports this module only when it resolves the ``TURBOQUANT`` backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+import torch
+from vllm.config import VllmConfig
+from vllm.v1.attention.backend import (
+    AttentionBackend,
+    AttentionCGSupport,
+    AttentionImpl,
+    AttentionLayer,
+    AttentionMetadata,
+    AttentionMetadataBuilder,
+    AttentionType,
+    CommonAttentionMetadata,
+    MultipleOf,
+    max_decode_query_len,
+)
+from vllm.v1.kv_cache_interface import AttentionSpec, KVCacheLayout
+
+from tq_core import PRESETS, SUPPORTED_HEAD_DIMS, DtypeError, Preset, PresetError, get_preset
+
+from . import _stats
+from .ops import TRITON_MAX_Q_LEN, Kernels, run_batch, select_kernels, tq_cache_view
+from .plan import BatchPlan, plan_batch
+
+KV_CACHE_DTYPES = tuple(PRESETS)
+
+
+class TQAttentionBackend(AttentionBackend):
+    """Attention over tq's paged TurboQuant cache; registered as vLLM's ``TURBOQUANT``."""
+
+    accept_output_buffer: bool = True
+    forward_includes_kv_cache_update: bool = False
+    supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16, torch.float32]
+    supported_kv_cache_dtypes: ClassVar[list[Any]] = list(KV_CACHE_DTYPES)
+
+    @staticmethod
+    def get_name() -> str:
+        # the enum member we override; vLLM maps names back to members in places
+        return "TURBOQUANT"
+
+    @staticmethod
+    def get_impl_cls() -> type[TQAttentionImpl]:
+        return TQAttentionImpl
+
+    @staticmethod
+    def get_builder_cls() -> type[TQMetadataBuilder]:
+        return TQMetadataBuilder
+
+    @staticmethod
+    def get_supported_kernel_block_sizes(kv_cache_spec: Any = None) -> list[int | MultipleOf]:
+        return [16, 32, 64, 128]
+
+    @classmethod
+    def get_supported_head_sizes(cls) -> list[int]:
+        return list(SUPPORTED_HEAD_DIMS)
+
+    @classmethod
+    def supports_kv_cache_dtype(cls, kv_cache_dtype: Any) -> bool:
+        return kv_cache_dtype in KV_CACHE_DTYPES
+
+    @classmethod
+    def supports_attn_type(cls, attn_type: str) -> bool:
+        return attn_type == AttentionType.DECODER
+
+    @classmethod
+    def supported_kv_cache_layouts(cls) -> tuple[KVCacheLayout, ...]:
+        # any layout whose per-layer blocks are dense byte ranges (tq arranges the inside)
+        return (KVCacheLayout.LBNHC, KVCacheLayout.LBHNC, KVCacheLayout.BLNHC, KVCacheLayout.BLHNC)
+
+    @classmethod
+    def customize_spec(cls, spec: AttentionSpec) -> AttentionSpec:
+        """One packed slot per (token, kv head): vLLM's slot size, so memory accounting holds."""
+        if spec.state_content_bytes is not None or not spec.kv_quant_mode.is_turboquant:
+            return spec
+        preset = get_preset(spec.kv_quant_mode.name.lower())
+        return replace(spec, state_content_bytes=preset.layout(spec.head_size).slot_size_aligned)
+
+    @classmethod
+    def check_selector_config(cls, cfg: Any) -> None:
+        """Raise a clear error when tq cannot serve a layer (used on CPU, which does not validate)."""
+        reasons = cls.validate_configuration(
+            head_size=cfg.head_size,
+            dtype=cfg.dtype,
+            kv_cache_dtype=cfg.kv_cache_dtype,
+            block_size=cfg.block_size,
+            use_mla=cfg.use_mla,
+            has_sink=cfg.has_sink,
+            use_sparse=cfg.use_sparse,
+            use_mm_prefix=cfg.use_mm_prefix,
+            use_per_head_quant_scales=cfg.use_per_head_quant_scales,
+            device_capability=None,  # type: ignore[arg-type]
+            attn_type=cfg.attn_type,
+            has_sliding_window=cfg.has_sliding_window,
+            use_non_causal=cfg.use_non_causal,
+            use_batch_invariant=False,
+            use_kv_connector=False,
+            use_pcp=cfg.use_pcp,
+            use_dcp=cfg.use_dcp,
+            use_rswa=cfg.use_rswa,
+        )
+        if reasons:
+            raise ValueError(
+                f"tq-vllm cannot serve kv_cache_dtype={cfg.kv_cache_dtype!r} for this layer "
+                f"(head_size={cfg.head_size}, dtype={cfg.dtype}): {'; '.join(reasons)}. "
+                f"tq supports head sizes {list(SUPPORTED_HEAD_DIMS)}, dtypes fp16/bf16/fp32, decoder "
+                "attention without sliding window, sinks or ALiBi. Use another --kv-cache-dtype, "
+                "or TQ_VLLM_DISABLE=1 to fall back to vLLM's own TurboQuant backend."
+            )
+
+
+@dataclass
+class TQMetadata(AttentionMetadata):
+    """Per-batch metadata shared by all tq layers of a KV-cache group."""
+
+    num_actual_tokens: int
+    num_reqs: int
+    max_query_len: int
+    block_table: torch.Tensor
+    slot_mapping: torch.Tensor
+    plan: BatchPlan
+
+
+class TQMetadataBuilder(AttentionMetadataBuilder[TQMetadata]):
+    """Splits each batch into one decode/verify attention call and prompt chunks (see plan.py)."""
+
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.UNIFORM_BATCH
+
+    @classmethod
+    def get_cudagraph_support(cls, vllm_config: VllmConfig, kv_cache_spec: Any) -> AttentionCGSupport:
+        # uniform decode/verify batches are graph-safe while one attention call takes them
+        # whole (tq-triton: q_len <= 16); longer verify batches are cut into pieces at build
+        # time, which allocates, so only single-token decode is captured then.
+        if max_decode_query_len(vllm_config) > TRITON_MAX_Q_LEN:
+            return AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
+        return AttentionCGSupport.UNIFORM_BATCH
+
+    def __init__(
+        self, kv_cache_spec: AttentionSpec, layer_names: list[str], vllm_config: VllmConfig, device: torch.device
+    ) -> None:
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        # verify requests (q_len = 1 + num_speculative_tokens) are decodes for us
+        self._init_reorder_batch_threshold(1, supports_spec_as_decode=True)
+        self.kernels: Kernels = select_kernels(device)
+        model_config = vllm_config.model_config
+        dtype = getattr(model_config, "dtype", None)
+        if dtype is not None and dtype not in TQAttentionBackend.supported_dtypes:
+            raise DtypeError(f"tq-vllm: model dtype {dtype} is not supported: expected float16, bfloat16 or float32")
+
+    def build(
+        self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool = False
+    ) -> TQMetadata:
+        cam = common_attn_metadata
+        plan = plan_batch(
+            num_reqs=cam.num_reqs,
+            query_start_loc=cam.query_start_loc,
+            query_start_loc_cpu=cam.query_start_loc_cpu,
+            seq_lens=cam.seq_lens,
+            block_table=cam.block_table_tensor,
+            decode_threshold=self.reorder_batch_threshold or 1,
+            max_q_len=self.kernels.max_q_len,
+            is_prefilling=cam.is_prefilling,
+            seq_lens_cpu=cam.seq_lens_cpu_upper_bound,
+        )
+        _stats.bump("builds")
+        if plan.decode is not None:
+            _stats.bump("decode_reqs", plan.decode.num_reqs)
+            _stats.bump("verify_reqs", plan.decode.num_verify_reqs)
+            _stats.note_max("decode_q_len", plan.decode.max_request_q_len)
+        _stats.bump("chunk_reqs", len(plan.chunks))
+        _stats.bump("chunk_reqs_with_context", sum(1 for c in plan.chunks if c.context_len > 0))
+        return TQMetadata(
+            num_actual_tokens=cam.num_actual_tokens,
+            num_reqs=cam.num_reqs,
+            max_query_len=cam.max_query_len,
+            block_table=cam.block_table_tensor,
+            slot_mapping=cam.slot_mapping,
+            plan=plan,
+        )
+
+
+class TQAttentionImpl(AttentionImpl[TQMetadata]):
+    """Store and attention for one layer with a ``turboquant_*`` cache."""
+
+    supports_quant_query_input: bool = False
+
+    def __init__(
+        self,
+        num_heads: int,
+        head_size: int,
+        scale: float,
+        num_kv_heads: int | None = None,
+        alibi_slopes: list[float] | None = None,
+        sliding_window: int | None = None,
+        kv_cache_dtype: str = "auto",
+        logits_soft_cap: float | None = None,
+        attn_type: str = AttentionType.DECODER,
+        kv_sharing_target_layer_name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise PresetError(
+                f"tq-vllm: kv_cache_dtype={kv_cache_dtype!r} is not a TurboQuant preset: expected one of "
+                f"{list(KV_CACHE_DTYPES)}"
+            )
+        self.preset: Preset = get_preset(kv_cache_dtype)
+        self.preset.check_head_dim(head_size, "head_size")
+        unsupported = {
+            "ALiBi": alibi_slopes is not None,
+            "sliding window": sliding_window is not None,
+            "logits soft cap": bool(logits_soft_cap),
+            f"attention type {attn_type}": attn_type != AttentionType.DECODER,
+            "cross-layer KV sharing": kv_sharing_target_layer_name is not None,
+            "attention sinks": kwargs.get("sinks") is not None,
+        }
+        bad = [name for name, hit in unsupported.items() if hit]
+        if bad:
+            raise NotImplementedError(
+                f"tq-vllm ({kv_cache_dtype}) does not support {', '.join(bad)}; "
+                "use another --kv-cache-dtype or TQ_VLLM_DISABLE=1"
+            )
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.num_kv_heads = num_kv_heads if num_kv_heads is not None else num_heads
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}")
+        self.kv_cache_dtype = kv_cache_dtype
+        self.sliding_window = None
+        self.alibi_slopes = None
+        self.logits_soft_cap = None
+        self.attn_type = attn_type
+        self.kv_sharing_target_layer_name = None
+        self._kernels: dict[str, Kernels] = {}
+
+    def _kernels_for(self, device: torch.device) -> Kernels:
+        k = self._kernels.get(device.type)
+        if k is None:
+            k = self._kernels[device.type] = select_kernels(device)
+        return k
+
+    def do_kv_cache_update(
+        self,
+        layer: torch.nn.Module,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        kv_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> None:
+        """Encode the step's new K/V into the paged cache (padding slots are negative and skipped)."""
+        n = slot_mapping.shape[0]
+        if n == 0 or kv_cache.numel() == 0:
+            return
+        kernels = self._kernels_for(key.device)
+        kernels.store(key[:n], value[:n], tq_cache_view(kv_cache), slot_mapping, self.preset)
+        _stats.bump("store_calls")
+        _stats.bump("stored_tokens", n)
+        _stats.note_layer("store", getattr(layer, "layer_name", None))
+
+    def forward(
+        self,
+        layer: AttentionLayer,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        kv_cache: torch.Tensor,
+        attn_metadata: TQMetadata,
+        output: torch.Tensor | None = None,
+        output_scale: torch.Tensor | None = None,
+        output_block_scale: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if output_scale is not None or output_block_scale is not None:
+            raise NotImplementedError("tq-vllm does not fuse output quantization")
+        if output is None:
+            output = torch.empty(query.shape[0], self.num_heads, self.head_size, dtype=query.dtype, device=query.device)
+        if attn_metadata is None or kv_cache.numel() == 0:  # profiling run
+            return output.fill_(0)
+        out = output.view(-1, self.num_heads, self.head_size)
+        q = query.view(-1, self.num_heads, self.head_size)
+        cache = tq_cache_view(kv_cache)
+        plan = attn_metadata.plan
+        k = None if key is None else key.view(-1, self.num_kv_heads, self.head_size)
+        v = None if value is None else value.view(-1, self.num_kv_heads, self.head_size)
+        kernels = self._kernels_for(q.device)
+        run_batch(kernels, plan, q, k, v, cache, attn_metadata.block_table, self.preset, self.scale, out)
+        name = getattr(layer, "layer_name", None)
+        if plan.decode is not None:
+            _stats.bump("decode_calls")
+            _stats.note_layer("decode", name)
+        if plan.chunks:
+            _stats.bump("chunk_calls")
+            _stats.note_layer("chunk", name)
+        return output

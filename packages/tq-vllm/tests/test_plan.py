@@ -1,0 +1,228 @@
+"""The batch planner and the attention paths, without vLLM (also runs on cuda/xpu with tq-triton).
+
+Every batch mixes plain decodes, speculative verification, first prompt chunks and
+chunked-prefill continuations in random order, and is checked against the independent
+reference in tqv_helpers.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from tqv_helpers import Batch, Req, make_batch, reference, tolerance
+
+import tq_core
+from tq_vllm.ops import Kernels, run_batch, select_kernels
+from tq_vllm.plan import plan_batch
+
+PRESETS = ("turboquant_k3v4_nc", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_3bit_nc")
+
+
+def random_reqs(rng: random.Random, n: int, *, max_verify: int = 6, ordered: bool = True) -> list[Req]:
+    kinds = ["decode", "verify", "prefill", "continuation", "short_extend"]
+    reqs = []
+    for _ in range(n):
+        kind = rng.choice(kinds)
+        if kind == "decode":
+            reqs.append(Req(rng.randint(1, 70), 1, False))
+        elif kind == "verify":
+            reqs.append(Req(rng.randint(1, 70), rng.randint(2, max_verify), False))
+        elif kind == "prefill":
+            reqs.append(Req(0, rng.randint(1, 40), True))
+        elif kind == "continuation":
+            reqs.append(Req(rng.randint(1, 50), rng.randint(8, 40), True))
+        else:  # a prompt tail shorter than a verify step: still a prompt chunk
+            reqs.append(Req(rng.randint(1, 50), rng.randint(1, 3), True))
+    if ordered:  # vLLM's reordering: decode-like requests first
+        reqs.sort(key=lambda r: r.prefilling)
+    return reqs
+
+
+def run(batch: Batch, kernels: Kernels, *, use_prefilling: bool, threshold: int, max_q_len: int | None):
+    kernels.store(batch.key, batch.value, batch.kv_cache, batch.slot_mapping, batch.preset)
+    plan = plan_batch(
+        num_reqs=len(batch.reqs),
+        query_start_loc=batch.query_start_loc,
+        query_start_loc_cpu=batch.query_start_loc.cpu(),
+        seq_lens=batch.seq_lens,
+        block_table=batch.block_table,
+        decode_threshold=threshold,
+        max_q_len=max_q_len,
+        is_prefilling=batch.is_prefilling if use_prefilling else None,
+        seq_lens_cpu=batch.seq_lens.cpu() if use_prefilling else None,
+    )
+    sentinel = 7.0
+    out = torch.full_like(batch.query, sentinel)
+    run_batch(
+        kernels, plan, batch.query, batch.key, batch.value, batch.kv_cache, batch.block_table, batch.preset,
+        batch.scale, out,
+    )  # fmt: skip
+    n = batch.num_tokens
+    assert bool((out[n:] == sentinel).all()), "padding rows past query_start_loc[-1] were written"
+    return plan, out[:n]
+
+
+def decode_like(batch: Batch, use_prefilling: bool, threshold: int) -> list[bool]:
+    if use_prefilling:
+        return [not r.prefilling for r in batch.reqs]
+    return [r.q_len <= threshold for r in batch.reqs]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("ordered", [True, False], ids=["ordered", "shuffled"])
+@pytest.mark.parametrize("max_q_len", [None, 1, 3, 16], ids=lambda m: f"maxq{m}")
+def test_mixed_batch_matches_reference(gen, seed, device, preset, ordered, max_q_len):
+    rng = random.Random(seed)
+    reqs = random_reqs(rng, rng.randint(3, 9), ordered=ordered)
+    batch = make_batch(gen, reqs, preset=preset, device=device, block_size=rng.choice([16, 32]))
+    kernels = select_kernels(device)
+    if kernels.max_q_len is not None and (max_q_len is None or max_q_len > kernels.max_q_len):
+        max_q_len = kernels.max_q_len
+    plan, out = run(batch, kernels, use_prefilling=True, threshold=7, max_q_len=max_q_len)
+    expect = reference(batch, decode_like(batch, True, 7))
+    err = (out.double().cpu() - expect).abs().max().item()
+    assert err <= tolerance(torch.float32, kernels.name), f"max error {err}"
+    # the plan took every request exactly once
+    chunked = {c.req for c in plan.chunks}
+    assert chunked == {i for i, r in enumerate(reqs) if r.prefilling}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision(gen, seed, device, dtype):
+    rng = random.Random(seed)
+    batch = make_batch(gen, random_reqs(rng, 6), dtype=dtype, device=device)
+    kernels = select_kernels(device)
+    _, out = run(batch, kernels, use_prefilling=True, threshold=5, max_q_len=kernels.max_q_len)
+    assert out.dtype == dtype
+    err = (out.double().cpu() - reference(batch, decode_like(batch, True, 5))).abs().max().item()
+    assert err <= tolerance(dtype, kernels.name), f"max error {err}"
+
+
+def test_threshold_classification_without_prefilling_flags(gen, seed, device):
+    """Without vLLM's is_prefilling, q_len <= threshold decides (vLLM's reorder rule)."""
+    reqs = [Req(20, 1, False), Req(33, 4, False), Req(9, 4, True), Req(0, 17, True), Req(40, 9, False)]
+    batch = make_batch(gen, reqs, device=device)
+    kernels = select_kernels(device)
+    plan, out = run(batch, kernels, use_prefilling=False, threshold=4, max_q_len=kernels.max_q_len)
+    assert [c.req for c in plan.chunks] == [3, 4]
+    err = (out.double().cpu() - reference(batch, decode_like(batch, False, 4))).abs().max().item()
+    assert err <= tolerance(torch.float32, kernels.name), f"max error {err}"
+
+
+def test_reference_tells_the_two_semantics_apart(gen):
+    """Guard for the tests above: decode and prompt-chunk semantics differ far beyond tolerance,
+    so routing a verify request down the wrong path fails them."""
+    batch = make_batch(gen, [Req(30, 5, False), Req(12, 6, True)])
+    a = reference(batch, [True, True])
+    b = reference(batch, [False, False])
+    assert (a - b).abs().max().item() > 10 * tolerance(torch.float32, "tq_triton")
+
+
+def test_ordered_decode_batch_is_views_only(gen):
+    """Uniform decode/verify batches (what CUDA graphs capture) allocate nothing."""
+    reqs = [Req(25, 4, False), Req(3, 4, False), Req(60, 4, False), Req(0, 0, False)]  # last: CUDA-graph padding
+    batch = make_batch(gen, reqs)
+    plan = plan_batch(
+        num_reqs=4,
+        query_start_loc=batch.query_start_loc,
+        query_start_loc_cpu=batch.query_start_loc.clone(),
+        seq_lens=batch.seq_lens,
+        block_table=batch.block_table,
+        decode_threshold=4,
+        max_q_len=16,
+        is_prefilling=batch.is_prefilling,
+    )
+    d = plan.decode
+    assert d is not None and not plan.chunks
+    assert d.token_index is None and d.num_reqs == 4 and d.num_tokens == 12 and d.num_verify_reqs == 3
+    assert d.max_q_len == d.max_request_q_len == 4
+    for view, base in ((d.query_start_loc, batch.query_start_loc), (d.seq_lens, batch.seq_lens)):
+        assert view.data_ptr() == base.data_ptr()
+    assert d.block_table.data_ptr() == batch.block_table.data_ptr()
+
+
+def test_long_verify_is_cut_into_causal_pieces(gen):
+    reqs = [Req(10, 7, False), Req(41, 1, False)]
+    batch = make_batch(gen, reqs)
+    plan = plan_batch(
+        num_reqs=2,
+        query_start_loc=batch.query_start_loc,
+        query_start_loc_cpu=batch.query_start_loc,
+        seq_lens=batch.seq_lens,
+        block_table=batch.block_table,
+        decode_threshold=8,
+        max_q_len=3,
+        is_prefilling=batch.is_prefilling,
+    )
+    d = plan.decode
+    assert d is not None and d.token_index is None  # rows stay in order
+    assert d.query_start_loc.tolist() == [0, 3, 6, 7, 8]
+    assert d.max_q_len == 3 and d.max_request_q_len == 7
+    assert d.seq_lens.tolist() == [13, 16, 17, 42]
+    assert d.block_table[:3].eq(batch.block_table[0]).all() and d.block_table[3].eq(batch.block_table[1]).all()
+
+
+def test_only_padding_and_prompts(gen, device):
+    batch = make_batch(gen, [Req(0, 0, False), Req(0, 9, True)], device=device)
+    plan, out = run(batch, select_kernels(device), use_prefilling=True, threshold=1, max_q_len=None)
+    assert plan.decode is None and len(plan.chunks) == 1 and plan.chunks[0].context_len == 0
+    err = (out.double().cpu() - reference(batch, [True, False])).abs().max().item()
+    assert err <= tolerance(torch.float32, "tq_core" if device == "cpu" else "gpu"), f"max error {err}"
+
+
+def test_select_kernels(monkeypatch):
+    monkeypatch.delenv("TQ_VLLM_IMPL", raising=False)
+    assert select_kernels("cpu").name == "tq_core"
+    assert select_kernels("cpu", "core").attention is tq_core.attention
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(tq_core.BackendUnavailableError, match="TRITON_INTERPRET"):
+        select_kernels("cpu", "triton")
+    monkeypatch.setenv("TQ_VLLM_IMPL", "fast")
+    with pytest.raises(ValueError, match="TQ_VLLM_IMPL"):
+        select_kernels("cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs cuda")
+def test_cuda_graph_replay_of_uniform_verify_batch(gen, seed):
+    """Capture the decode/verify path once, then replay it with new metadata in the same buffers."""
+    pytest.importorskip("tq_triton")
+    kernels = select_kernels("cuda")
+    rng = random.Random(seed)
+    q_len = rng.randint(1, kernels.max_q_len or 16)
+    first = make_batch(gen, [Req(rng.randint(1, 90), q_len, False) for _ in range(4)], device="cuda", pad_tokens=0)
+    second = make_batch(gen, [Req(rng.randint(1, 90), q_len, False) for _ in range(4)], device="cuda", pad_tokens=0)
+    # persistent buffers, as vLLM's model runner keeps them
+    qsl, sl = first.query_start_loc.clone(), first.seq_lens.clone()
+    width = max(first.block_table.shape[1], second.block_table.shape[1])
+    bt = torch.zeros(4, width, dtype=torch.int32, device="cuda")
+    bt[:, : first.block_table.shape[1]] = first.block_table
+    cache = torch.empty_like(first.kv_cache)
+    query = first.query.clone()
+    out = torch.zeros_like(query)
+    plan = plan_batch(
+        num_reqs=4, query_start_loc=qsl, query_start_loc_cpu=qsl.cpu(), seq_lens=sl, block_table=bt,
+        decode_threshold=q_len, max_q_len=kernels.max_q_len, is_prefilling=first.is_prefilling,
+    )  # fmt: skip
+    assert plan.decode is not None and plan.decode.token_index is None
+    cache.copy_(first.kv_cache)
+    kernels.store(first.key, first.value, cache, first.slot_mapping, first.preset)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):  # warm-up outside capture
+        run_batch(kernels, plan, query, None, None, cache, bt, first.preset, first.scale, out)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run_batch(kernels, plan, query, None, None, cache, bt, first.preset, first.scale, out)
+    for b in (first, second):
+        cache.copy_(b.kv_cache)
+        kernels.store(b.key, b.value, cache, b.slot_mapping, b.preset)
+        query.copy_(b.query)
+        sl.copy_(b.seq_lens)
+        bt.zero_()
+        bt[:, : b.block_table.shape[1]] = b.block_table
+        graph.replay()
+        torch.cuda.synchronize()
+        err = (out.double().cpu() - reference(b, [True] * 4)).abs().max().item()
+        assert err <= tolerance(torch.float32, kernels.name), f"max error {err}"
