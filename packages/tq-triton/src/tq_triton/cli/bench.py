@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
         "device": device_key(dev),
         "copy_bandwidth_gbs": bw,
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "tq " + " ".join(sys.argv[2:]),
+        "command": "tq " + " ".join(sys.argv[1:]),
         "torch": torch.__version__,
         "triton": __import__("triton").__version__,
     }
@@ -218,30 +218,53 @@ def _print(rows: list[dict], bw: float, dev: torch.device) -> None:
         )
 
 
+def _label(r: dict) -> str:
+    return r["impl"] + ("" if r["preset"] == "bf16" else f" {r['preset'].removeprefix('turboquant_')}")
+
+
 def _plot(rows: list[dict], bw: float, path: Path) -> None:
+    """Time and bandwidth use per implementation: lines over seq_len when several lengths
+    were run (``--seq-lens``), grouped bars per shape otherwise."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    base_names = sorted({r["shape"].split("@")[0] for r in rows if not r["shape"].startswith("store")})
-    for base in base_names:
-        series: dict[str, list[tuple[int, float, float]]] = {}
-        for r in rows:
-            if r["shape"].split("@")[0] != base:
-                continue
-            label = f"{base} {r['impl']}" + (
-                "" if r["preset"] == "bf16" else f" {r['preset'].removeprefix('turboquant_')}"
-            )
-            series.setdefault(label, []).append((r["seq_len"], r["ms"], r["pct_copy_bw"]))
-        for label, pts in series.items():
-            pts.sort()
-            ax1.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
-            ax2.plot([p[0] for p in pts], [p[2] for p in pts], marker="o", label=label)
-    ax1.set(xscale="log", yscale="log", xlabel="seq_len", ylabel="ms (median)", title="attention time")
-    ax2.set(xscale="log", xlabel="seq_len", ylabel="% of copy bandwidth", title=f"bandwidth use (copy = {bw:.0f} GB/s)")
-    ax1.legend(fontsize=6)
+    rows = [r for r in rows if not r["shape"].startswith("store")]
+    bases = list(dict.fromkeys(r["shape"].split("@")[0] for r in rows))
+    swept = any(len({r["seq_len"] for r in rows if r["shape"].split("@")[0] == b}) > 1 for b in bases)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
+    if swept:
+        for base in bases:
+            series: dict[str, list[tuple[int, float, float]]] = {}
+            for r in rows:
+                if r["shape"].split("@")[0] == base:
+                    series.setdefault(f"{base} {_label(r)}", []).append((r["seq_len"], r["ms"], r["pct_copy_bw"]))
+            for label, pts in series.items():
+                pts.sort()
+                ax1.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+                ax2.plot([p[0] for p in pts], [p[2] for p in pts], marker="o", label=label)
+        ax1.set(xscale="log", yscale="log", xlabel="seq_len", ylabel="ms (median)", title="attention time")
+        ax2.set(xscale="log", xlabel="seq_len", ylabel="% of copy bandwidth")
+        ax1.legend(fontsize=6)
+    else:
+        impls = list(dict.fromkeys(_label(r) for r in rows))
+        width = 0.8 / max(1, len(impls))
+        for i, impl in enumerate(impls):
+            xs, ms, pct = [], [], []
+            for j, base in enumerate(bases):
+                for r in rows:
+                    if r["shape"] == base and _label(r) == impl:
+                        xs.append(j + i * width)
+                        ms.append(r["ms"])
+                        pct.append(r["pct_copy_bw"])
+            ax1.bar(xs, ms, width, label=impl)
+            ax2.bar(xs, pct, width, label=impl)
+        for ax in (ax1, ax2):
+            ax.set_xticks([j + 0.4 - width / 2 for j in range(len(bases))], bases)
+        ax1.set(yscale="log", ylabel="ms (median, lower is better)", title="attention time per call")
+        ax1.legend(fontsize=7)
+    ax2.set(title=f"compressed bytes read / time, % of copy bandwidth ({bw:.0f} GB/s)")
     ax2.axhline(70, color="grey", linestyle="--", linewidth=0.8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         "device": name,
         "match": [name],
         "source": {
-            "command": "tq " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "tq sweep",
+            "command": "tq " + " ".join(sys.argv[1:]),
             "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "torch": torch.__version__,
             "triton": __import__("triton").__version__,
