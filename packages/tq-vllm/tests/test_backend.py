@@ -143,8 +143,11 @@ def test_customize_spec_keeps_vllm_page_size():
     assert TQAttentionBackend.customize_spec(plain) is plain
 
 
-def test_cudagraph_support_follows_verify_length(vllm_config):
+def test_cudagraph_support_follows_verify_length(vllm_config, monkeypatch):
     spec = spec_for("turboquant_k8v4", 16)
+    monkeypatch.setenv("TQ_VLLM_IMPL", "core")
+    assert TQMetadataBuilder.get_cudagraph_support(vllm_config, spec) == AttentionCGSupport.NEVER
+    monkeypatch.setenv("TQ_VLLM_IMPL", "triton")
     for k, expected in ((4, AttentionCGSupport.UNIFORM_BATCH), (20, AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE)):
         vllm_config.speculative_config = types.SimpleNamespace(num_speculative_tokens=k, parallel_drafting=False)
         try:

@@ -7,7 +7,10 @@ reference in tqv_helpers.
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import time
 
 import pytest
 import torch
@@ -137,7 +140,7 @@ def test_ordered_decode_batch_is_views_only(gen):
     d = plan.decode
     assert d is not None and not plan.chunks
     assert d.token_index is None and d.num_reqs == 4 and d.num_tokens == 12 and d.num_verify_reqs == 3
-    assert d.max_q_len == d.max_request_q_len == 4
+    assert d.max_q_len == d.max_request_q_len == 4 and d.num_requests == 3
     for view, base in ((d.query_start_loc, batch.query_start_loc), (d.seq_lens, batch.seq_lens)):
         assert view.data_ptr() == base.data_ptr()
     assert d.block_table.data_ptr() == batch.block_table.data_ptr()
@@ -159,7 +162,7 @@ def test_long_verify_is_cut_into_causal_pieces(gen):
     d = plan.decode
     assert d is not None and d.token_index is None  # rows stay in order
     assert d.query_start_loc.tolist() == [0, 3, 6, 7, 8]
-    assert d.max_q_len == 3 and d.max_request_q_len == 7
+    assert d.max_q_len == 3 and d.max_request_q_len == 7 and d.num_requests == 2
     assert d.seq_lens.tolist() == [13, 16, 17, 42]
     assert d.block_table[:3].eq(batch.block_table[0]).all() and d.block_table[3].eq(batch.block_table[1]).all()
 
@@ -226,3 +229,23 @@ def test_cuda_graph_replay_of_uniform_verify_batch(gen, seed):
         torch.cuda.synchronize()
         err = (out.double().cpu() - reference(b, [True] * 4)).abs().max().item()
         assert err <= tolerance(torch.float32, kernels.name), f"max error {err}"
+
+
+def test_stats_file(tmp_path, monkeypatch):
+    from tq_vllm import _stats, reset_stats, stats
+
+    monkeypatch.setenv("TQ_VLLM_STATS", str(tmp_path / "tq"))
+    monkeypatch.setattr(_stats, "DUMP_INTERVAL_S", 0.05)
+    reset_stats()
+    _stats.note_layer("decode", "model.layers.7.self_attn.attn")
+    _stats.bump("decode_calls", 3)
+    _stats.note_max("decode_q_len", 5)
+    target = tmp_path / f"tq.{os.getpid()}.json"
+    for _ in range(200):  # the writer thread wakes within DUMP_INTERVAL_S
+        if target.exists():
+            break
+        time.sleep(0.05)
+    assert json.loads(target.read_text()) == stats()
+    assert stats()["layers"] == {"decode": ["model.layers.7.self_attn.attn"]} and stats()["max"] == {"decode_q_len": 5}
+    reset_stats()
+    assert stats() == {"counts": {}, "max": {}, "layers": {}}

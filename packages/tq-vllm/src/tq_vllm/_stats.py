@@ -1,8 +1,10 @@
 """Call counters, so tests and users can check that tq-vllm's backend really ran.
 
 Counters are per process. ``tq_vllm.stats()`` returns a snapshot; with
-``TQ_VLLM_STATS=PATH`` every process that counted anything writes its snapshot to
-``PATH.<pid>.json`` at exit (useful with vLLM's multi-process engine).
+``TQ_VLLM_STATS=PATH`` every process that counts anything writes its snapshot to
+``PATH.<pid>.json`` from a daemon thread, about once a second while the counts change,
+and again at a normal exit (vLLM's worker processes are often killed rather than exited,
+so the periodic write is what the multi-process engine leaves behind).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import atexit
 import json
 import os
 import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -20,20 +23,36 @@ _lock = threading.Lock()
 _counts: Counter[str] = Counter()
 _maxima: dict[str, int] = {}
 _layers: dict[str, set[str]] = {}
-_atexit_registered = False
-
-
-def _ensure_atexit() -> None:
-    global _atexit_registered
-    if not _atexit_registered and _env.stats_path():
-        atexit.register(_dump)
-        _atexit_registered = True
+_writer: threading.Thread | None = None
+_dirty = threading.Event()
+DUMP_INTERVAL_S = 1.0
 
 
 def bump(key: str, n: int = 1) -> None:
     with _lock:
         _counts[key] += n
-        _ensure_atexit()
+    if _env.stats_path():
+        _dirty.set()
+        if _writer is None:
+            _start_writer()
+
+
+def _start_writer() -> None:
+    global _writer
+    with _lock:
+        if _writer is not None:
+            return
+        _writer = threading.Thread(target=_write_loop, name="tq-vllm-stats", daemon=True)
+        _writer.start()
+    atexit.register(_dump)
+
+
+def _write_loop() -> None:
+    while True:
+        _dirty.wait()
+        time.sleep(DUMP_INTERVAL_S)
+        _dirty.clear()
+        _dump()
 
 
 def note_max(key: str, value: int) -> None:
@@ -71,5 +90,8 @@ def _dump() -> None:
     snap = stats()
     if not path or not snap["counts"]:
         return
-    with open(f"{path}.{os.getpid()}.json", "w") as f:
+    target = f"{path}.{os.getpid()}.json"
+    tmp = target + ".tmp"
+    with open(tmp, "w") as f:
         json.dump(snap, f, indent=1, sort_keys=True)
+    os.replace(tmp, target)

@@ -23,17 +23,27 @@ from vllm.v1.attention.backend import (
     AttentionType,
     CommonAttentionMetadata,
     MultipleOf,
-    max_decode_query_len,
 )
 from vllm.v1.kv_cache_interface import AttentionSpec, KVCacheLayout
 
 from tq_core import PRESETS, SUPPORTED_HEAD_DIMS, DtypeError, Preset, PresetError, get_preset
 
-from . import _stats
+from . import _env, _stats
 from .ops import TRITON_MAX_Q_LEN, Kernels, run_batch, select_kernels, tq_cache_view
 from .plan import BatchPlan, plan_batch
 
 KV_CACHE_DTYPES = tuple(PRESETS)
+
+
+def _max_decode_query_len(vllm_config: VllmConfig) -> int:
+    """1 + num_speculative_tokens (vLLM's own helper where it has one)."""
+    try:
+        from vllm.v1.attention.backend import max_decode_query_len
+    except ImportError:
+        spec = getattr(vllm_config, "speculative_config", None)
+        k = getattr(spec, "num_speculative_tokens", None)
+        return 1 if k is None else 1 + int(k)
+    return max_decode_query_len(vllm_config)
 
 
 class TQAttentionBackend(AttentionBackend):
@@ -140,8 +150,11 @@ class TQMetadataBuilder(AttentionMetadataBuilder[TQMetadata]):
     def get_cudagraph_support(cls, vllm_config: VllmConfig, kv_cache_spec: Any) -> AttentionCGSupport:
         # uniform decode/verify batches are graph-safe while one attention call takes them
         # whole (tq-triton: q_len <= 16); longer verify batches are cut into pieces at build
-        # time, which allocates, so only single-token decode is captured then.
-        if max_decode_query_len(vllm_config) > TRITON_MAX_Q_LEN:
+        # time, which allocates, so only single-token decode is captured then. tq-core (the
+        # CPU path, or TQ_VLLM_IMPL=core) reads metadata on the host: never captured.
+        if _env.impl_choice() == "core":
+            return AttentionCGSupport.NEVER
+        if _max_decode_query_len(vllm_config) > TRITON_MAX_Q_LEN:
             return AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
         return AttentionCGSupport.UNIFORM_BATCH
 
@@ -169,12 +182,12 @@ class TQMetadataBuilder(AttentionMetadataBuilder[TQMetadata]):
             block_table=cam.block_table_tensor,
             decode_threshold=self.reorder_batch_threshold or 1,
             max_q_len=self.kernels.max_q_len,
-            is_prefilling=cam.is_prefilling,
-            seq_lens_cpu=cam.seq_lens_cpu_upper_bound,
+            is_prefilling=getattr(cam, "is_prefilling", None),
+            seq_lens_cpu=getattr(cam, "seq_lens_cpu_upper_bound", None),
         )
         _stats.bump("builds")
         if plan.decode is not None:
-            _stats.bump("decode_reqs", plan.decode.num_reqs)
+            _stats.bump("decode_reqs", plan.decode.num_requests)
             _stats.bump("verify_reqs", plan.decode.num_verify_reqs)
             _stats.note_max("decode_q_len", plan.decode.max_request_q_len)
         _stats.bump("chunk_reqs", len(plan.chunks))

@@ -43,6 +43,7 @@ class DecodePlan:
     max_q_len: int  # longest q_len of a (sub-)request in the call
     num_verify_reqs: int  # requests with q_len > 1 (statistics only)
     max_request_q_len: int  # longest q_len of a request before any cutting (statistics only)
+    num_requests: int  # requests with q_len > 0 before any cutting (statistics only)
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,7 @@ def _plan_decode(
             max_q_len=longest,
             num_verify_reqs=verify,
             max_request_q_len=longest,
+            num_requests=len(active),
         )
 
     # general case: pieces of at most max_q_len queries, possibly gathered
@@ -178,4 +180,5 @@ def _plan_decode(
         max_q_len=max(b - a for _, a, b, _ in pieces),
         num_verify_reqs=verify,
         max_request_q_len=longest,
+        num_requests=len(active),
     )
