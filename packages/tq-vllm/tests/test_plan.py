@@ -201,7 +201,9 @@ def test_cuda_graph_replay_of_uniform_verify_batch(gen, seed):
     width = max(first.block_table.shape[1], second.block_table.shape[1])
     bt = torch.zeros(4, width, dtype=torch.int32, device="cuda")
     bt[:, : first.block_table.shape[1]] = first.block_table
-    cache = torch.empty_like(first.kv_cache)
+    # one pool large enough for either batch, as vLLM's cache is allocated once
+    nblocks = max(first.kv_cache.shape[0], second.kv_cache.shape[0])
+    cache = torch.zeros((nblocks, *first.kv_cache.shape[1:]), dtype=torch.uint8, device="cuda")
     query = first.query.clone()
     out = torch.zeros_like(query)
     plan = plan_batch(
@@ -209,7 +211,7 @@ def test_cuda_graph_replay_of_uniform_verify_batch(gen, seed):
         decode_threshold=q_len, max_q_len=kernels.max_q_len, is_prefilling=first.is_prefilling,
     )  # fmt: skip
     assert plan.decode is not None and plan.decode.token_index is None
-    cache.copy_(first.kv_cache)
+    cache[: first.kv_cache.shape[0]].copy_(first.kv_cache)
     kernels.store(first.key, first.value, cache, first.slot_mapping, first.preset)
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):  # warm-up outside capture
@@ -219,7 +221,7 @@ def test_cuda_graph_replay_of_uniform_verify_batch(gen, seed):
     with torch.cuda.graph(graph):
         run_batch(kernels, plan, query, None, None, cache, bt, first.preset, first.scale, out)
     for b in (first, second):
-        cache.copy_(b.kv_cache)
+        cache[: b.kv_cache.shape[0]].copy_(b.kv_cache)
         kernels.store(b.key, b.value, cache, b.slot_mapping, b.preset)
         query.copy_(b.query)
         sl.copy_(b.seq_lens)
