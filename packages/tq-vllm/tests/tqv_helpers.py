@@ -163,13 +163,16 @@ def reference(batch: Batch, decode_like: list[bool]) -> torch.Tensor:
     return out
 
 
-def tolerance(dtype: torch.dtype, kernels: str = "tq_core") -> float:
+def tolerance(dtype: torch.dtype, kernels: str = "tq_core", device: str = "cpu") -> float:
     """Max abs error against the float64 reference (outputs are O(1)).
 
     tq-core computes in float32. tq-triton's tensor-core products round the scaled,
     rotated query and the probabilities to fp16, so a score of magnitude s carries an
-    error near s * 2^-11; on the H200 the worst element of a random batch reached 1.5e-2
-    (in the interpreter 7e-4), so its bound is 2.5e-2 — still tighter than bf16."""
+    error near s * 2^-11: about 7e-4 at worst in the interpreter, while on the H200 one
+    random batch reached 1.5e-2. The GPU bound is 2e-2, about a tenth of the 0.19
+    that separates the decode and prompt-chunk semantics (see the guard test)."""
     if dtype == torch.float32:
-        return 2e-4 if kernels == "tq_core" else 2.5e-2
+        if kernels == "tq_core":
+            return 2e-4
+        return 4e-3 if device == "cpu" else 2e-2
     return {torch.float16: 4e-3, torch.bfloat16: 3e-2}[dtype]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -74,7 +74,6 @@ class Case:
     # dense bf16 K/V [batch, kv_heads, max_seq, head_dim] for the bf16 baseline (optional)
     dense_k: torch.Tensor | None = None
     dense_v: torch.Tensor | None = None
-    extra: dict = field(default_factory=dict)
 
     @property
     def cache_bytes_read(self) -> int:

@@ -23,11 +23,6 @@ def buffer(device: torch.device, name: str, numel: int) -> torch.Tensor:
     return buf[:numel]
 
 
-def reserve(device: torch.device, partial_numel: int, lse_numel: int) -> None:
-    """Allocate ahead of time, e.g. before capturing a CUDA graph."""
-    buffer(device, "partial", partial_numel)
-    buffer(device, "lse", lse_numel)
-
-
 def release() -> None:
+    """Free the cached buffers (the next call allocates again)."""
     _BUFFERS.clear()
