@@ -11,8 +11,6 @@ kernel; a split that is masked for a row contributes nothing.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 import triton.language as tl
@@ -22,7 +20,7 @@ from tq_core.checks import check_attention_args, debug_enabled
 
 from ._bits import load_words, unpack
 from ._rotation import fwht_rows
-from .constants import codebook, dummy
+from .constants import codebook, dummy, layout_constexprs
 from .device import check_runnable, multiprocessor_count
 from .tuning import AttentionConfig, attention_config, launch_options
 from .workspace import buffer
@@ -490,20 +488,7 @@ def attention(
         NUM_SPLITS=splits,
         BLOCK_Q=block_q,
         BLOCK_KV=cfg.block_kv,
-        D=d,
-        LOG2_D=int(math.log2(d)),
-        BLOCK_SIZE=lay.block_size,
-        HEAD_STRIDE=lay.head_stride,
-        KEY_OFF=lay.key_offset,
-        KEY_BYTES=lay.key_code_bytes,
-        NORM_OFF=lay.norm_offset or 0,
-        VAL_OFF=lay.value_offset,
-        VAL_BYTES=lay.value_code_bytes,
-        SCALE_OFF=lay.scale_offset,
-        ZERO_OFF=lay.zero_offset,
-        KEY_FP8=p.key_is_fp8,
-        KBITS=p.key_bits,
-        VBITS=p.value_bits,
+        **layout_constexprs(p, lay),
         NORM_CORRECTION=p.norm_correction,
         PREFETCH=cfg.prefetch,
         NUM_STAGES=cfg.num_stages,

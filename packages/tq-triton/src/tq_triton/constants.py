@@ -1,12 +1,13 @@
-"""Small per-device constant tensors the kernels read (codebooks), cached per device."""
+"""Constants the kernels read: codebook tensors (cached per device) and layout constexprs."""
 
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
-from tq_core import Preset, key_codebook
+from tq_core import BlockLayout, Preset, key_codebook
 
 
 @functools.cache
@@ -23,3 +24,24 @@ def codebook(preset: Preset, head_dim: int, device: torch.device) -> tuple[torch
 def dummy(device: torch.device) -> torch.Tensor:
     """A placeholder pointer argument for kernels specialised not to read it."""
     return torch.zeros(1, dtype=torch.float32, device=device)
+
+
+@functools.cache
+def layout_constexprs(preset: Preset, lay: BlockLayout) -> dict[str, int | bool]:
+    """The compile-time description of a cache block that store and attention kernels share."""
+    return {
+        "D": lay.head_dim,
+        "LOG2_D": int(math.log2(lay.head_dim)),
+        "BLOCK_SIZE": lay.block_size,
+        "HEAD_STRIDE": lay.head_stride,
+        "KEY_OFF": lay.key_offset,
+        "KEY_BYTES": lay.key_code_bytes,
+        "NORM_OFF": lay.norm_offset or 0,
+        "VAL_OFF": lay.value_offset,
+        "VAL_BYTES": lay.value_code_bytes,
+        "SCALE_OFF": lay.scale_offset,
+        "ZERO_OFF": lay.zero_offset,
+        "KEY_FP8": preset.key_is_fp8,
+        "KBITS": preset.key_bits,
+        "VBITS": preset.value_bits,
+    }

@@ -8,8 +8,6 @@ writes each field into its block's per-head field run. Byte-identical to
 
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 import triton.language as tl
@@ -19,7 +17,7 @@ from tq_core.checks import check_store_args, debug_enabled
 
 from ._bits import store_codes
 from ._rotation import fwht_rows
-from .constants import codebook, dummy
+from .constants import codebook, dummy, layout_constexprs
 from .device import check_runnable
 from .tuning import StoreConfig, store_config
 
@@ -158,20 +156,7 @@ def store(
         value.stride(0),
         value.stride(1),
         kv_cache.stride(0),
-        BLOCK_SIZE=lay.block_size,
-        HEAD_STRIDE=lay.head_stride,
-        KEY_OFF=lay.key_offset,
-        KEY_BYTES=lay.key_code_bytes,
-        NORM_OFF=lay.norm_offset or 0,
-        VAL_OFF=lay.value_offset,
-        VAL_BYTES=lay.value_code_bytes,
-        SCALE_OFF=lay.scale_offset,
-        ZERO_OFF=lay.zero_offset,
-        D=d,
-        LOG2_D=int(math.log2(d)),
-        KEY_FP8=p.key_is_fp8,
-        KBITS=p.key_bits,
-        VBITS=p.value_bits,
+        **layout_constexprs(p, lay),
         NUM_BOUNDS=0 if p.key_is_fp8 else (1 << p.key_bits) - 1,
         BLOCK_T=cfg.block_t,
         num_warps=cfg.num_warps,
