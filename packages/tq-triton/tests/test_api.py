@@ -61,7 +61,12 @@ def test_debug_mode_checks_metadata_values(monkeypatch, device):
 
 @pytest.mark.parametrize(
     ("var", "value", "match"),
-    [("TQ_BLOCK_KV", "33", "power of two"), ("TQ_NUM_WARPS", "x", "integer"), ("TQ_NUM_KV_SPLITS", "-1", "in \\[")],
+    [
+        ("TQ_BLOCK_KV", "33", "power of two"),
+        ("TQ_NUM_WARPS", "x", "integer"),
+        ("TQ_NUM_KV_SPLITS", "-1", "in \\["),
+        ("TQ_MAX_REGISTERS", "256", "in \\["),
+    ],
 )
 def test_env_overrides_are_validated(monkeypatch, var, value, match):
     monkeypatch.setenv(var, value)
@@ -83,8 +88,18 @@ def test_env_override_and_table_lookup(monkeypatch, tmp_path):
         assert tuning.attention_config(torch.device("cpu"), "turboquant_k8v4", 8).num_warps == 4
         monkeypatch.setenv("TQ_BLOCK_KV", "16")
         assert tuning.attention_config(torch.device("cpu"), "turboquant_k8v4", 1).block_kv == 16
+        assert tuning.attention_config(torch.device("cpu"), "turboquant_k8v4", 1).max_registers == 0
+        monkeypatch.setenv("TQ_MAX_REGISTERS", "128")
+        assert tuning.attention_config(torch.device("cpu"), "turboquant_k8v4", 1).max_registers == 128
     finally:
         tuning.clear_cache()
+
+
+def test_register_cap_reaches_cuda_launches_only():
+    assert tuning.register_cap(torch.device("cuda", 0), 128) == {"maxnreg": 128}
+    assert tuning.register_cap(torch.device("cuda", 0), 0) == {}
+    assert tuning.register_cap(torch.device("xpu", 0), 128) == {}
+    assert tuning.register_cap(torch.device("cpu"), 128) == {}
 
 
 def test_shipped_tables_are_valid():

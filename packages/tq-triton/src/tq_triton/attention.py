@@ -19,10 +19,11 @@ from tq_core import Preset
 from tq_core.checks import check_attention_args, debug_enabled
 
 from ._bits import load_words, unpack
+from ._decode import codebook_keys
 from ._rotation import fwht_rows
 from .constants import codebook, dummy, layout_constexprs
 from .device import check_runnable, multiprocessor_count
-from .tuning import AttentionConfig, attention_config, launch_options
+from .tuning import AttentionConfig, attention_config, launch_options, register_cap
 from .workspace import buffer
 
 LOG2E = 1.4426950408889634
@@ -109,13 +110,15 @@ def _attend_tile(
         k16 = ck0.to(tl.float8e4nv, bitcast=True).to(tl.float16)
         s = tl.dot(q16, tl.trans(k16))
     else:
-        k16 = tl.load(Centroids + unpack(ck0, ck1, ck2, KBITS, BLOCK_KV, D))
+        k16, cn2 = codebook_keys(ck0, ck1, ck2, Centroids, KBITS, BLOCK_KV, D)
+        # no-op for the result (masked tokens' scores are discarded below); it pins the tile's
+        # layout: without it Triton 3.6 moves the dot operand's shared-memory conversion up
+        # into the join tree and fails to compile 64-row tiles (Illegal shared layout)
+        k16 = tl.where((pos < hi)[:, None], k16, 0.0)
         s = tl.dot(q16, tl.trans(k16))
         knorm = ckn.to(tl.float32)
         if NORM_CORRECTION:
-            kf = k16.to(tl.float32)
-            cn2 = tl.sum(kf * kf, axis=1)
-            knorm = tl.where(cn2 > 0, knorm / tl.sqrt(cn2), 0.0)
+            knorm = tl.where(cn2 > 0, knorm * tl.math.rsqrt(cn2), 0.0)
         s = s * knorm[None, :]
 
     visible = row_ok[:, None] & (pos[None, :] < hi) & (pos[None, :] <= row_pos[:, None])
@@ -494,6 +497,7 @@ def attention(
         NUM_STAGES=cfg.num_stages,
         num_warps=cfg.num_warps,
         **launch_options(dev),
+        **register_cap(dev, cfg.max_registers),
     )
     if splits > 1:
         _merge_kernel[(nq, hq)](

@@ -41,6 +41,9 @@ class AttentionConfig:
     max_kv_splits: int = 64
     # 1: prefetch the next tile into registers by hand; 0: leave staging to Triton's pipeliner
     prefetch: int = 1
+    # cuda only: cap registers per thread (Triton's ``maxnreg``) so that more programs fit on
+    # a multiprocessor; 0 leaves the choice to the compiler
+    max_registers: int = 0
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ _LIMITS: dict[str, tuple[int, int, bool]] = {
     "max_kv_splits": (1, 1024, False),
     "block_t": (16, 128, True),
     "prefetch": (0, 1, False),
+    "max_registers": (0, 255, False),
 }
 ENV_OVERRIDES = {
     "TQ_BLOCK_KV": "block_kv",
@@ -67,6 +71,7 @@ ENV_OVERRIDES = {
     "TQ_NUM_STAGES": "num_stages",
     "TQ_NUM_KV_SPLITS": "kv_splits",
     "TQ_PREFETCH": "prefetch",
+    "TQ_MAX_REGISTERS": "max_registers",
 }
 
 
@@ -190,3 +195,10 @@ def launch_options(device: torch.device) -> dict[str, Any]:
     if t is None or device.type != "xpu":
         return {}
     return dict(t.get("xpu_launch_options", {}))
+
+
+def register_cap(device: torch.device, max_registers: int) -> dict[str, Any]:
+    """The launch keyword that caps registers per thread, where the backend has one (cuda)."""
+    if max_registers and device.type == "cuda":
+        return {"maxnreg": max_registers}
+    return {}

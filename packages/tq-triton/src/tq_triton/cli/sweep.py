@@ -41,6 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--warps", default="4,8")
     p.add_argument("--modes", default="prefetch:1,pipeline:2,pipeline:3", help="prefetch:STAGES or pipeline:STAGES")
     p.add_argument("--splits", default="0,16,32", help="0 = from the grid size (waves per SM)")
+    p.add_argument(
+        "--max-registers", default="0", help="register caps per thread to try (cuda maxnreg); 0 = compiler's choice"
+    )
     p.add_argument("--seq-len", type=int, default=None, help="override the shapes' sequence length")
     p.add_argument("--out", type=Path, default=None, help="table path (default: $TQ_TUNING_DIR/<device>.json)")
     p.add_argument("--no-store", action="store_true", help="skip the store sweep")
@@ -67,9 +70,9 @@ def run(args: argparse.Namespace) -> int:
         kind, _, stages = m.partition(":")
         modes.append((1 if kind == "prefetch" else 0, int(stages or 1)))
     grid = [
-        AttentionConfig(block_kv=bkv, num_warps=w, prefetch=pf, num_stages=st, kv_splits=sp)
-        for bkv, w, (pf, st), sp in itertools.product(
-            _ints(args.block_kv), _ints(args.warps), modes, _ints(args.splits)
+        AttentionConfig(block_kv=bkv, num_warps=w, prefetch=pf, num_stages=st, kv_splits=sp, max_registers=reg)
+        for bkv, w, (pf, st), sp, reg in itertools.product(
+            _ints(args.block_kv), _ints(args.warps), modes, _ints(args.splits), _ints(args.max_registers)
         )
     ]
     table: dict = {
@@ -110,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         entry = {
             k: v
             for k, v in asdict(best[1]).items()
-            if k in ("block_kv", "num_warps", "num_stages", "kv_splits", "prefetch")
+            if k in ("block_kv", "num_warps", "num_stages", "kv_splits", "prefetch", "max_registers")
         }
         entry["ms"] = round(best[0], 5)
         sec = table["attention"].setdefault(preset, {})
