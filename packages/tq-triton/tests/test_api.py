@@ -95,6 +95,24 @@ def test_env_override_and_table_lookup(monkeypatch, tmp_path):
         tuning.clear_cache()
 
 
+def test_user_dir_skips_files_that_are_not_tables(monkeypatch, tmp_path):
+    (tmp_path / "bench.json").write_text('[{"shape": "poc"}]')
+    (tmp_path / "broken.json").write_text("{")
+    (tmp_path / "mine.json").write_text('{"match": ["interpreter"], "attention": {"default": {"*": {"block_kv": 16}}}}')
+    monkeypatch.setenv("TQ_TUNING_DIR", str(tmp_path))
+    tuning.clear_cache()
+    try:
+        with pytest.warns(UserWarning, match="ignoring") as rec:
+            cfg = tuning.attention_config(torch.device("cpu"), "turboquant_k8v4", 1)
+        assert cfg.block_kv == 16
+        assert {w.message.args[0].split(":")[0] for w in rec} == {
+            f"tuning table {tmp_path / 'bench.json'}",
+            f"tuning table {tmp_path / 'broken.json'}",
+        }
+    finally:
+        tuning.clear_cache()
+
+
 def test_register_cap_reaches_cuda_launches_only():
     assert tuning.register_cap(torch.device("cuda", 0), 128) == {"maxnreg": 128}
     assert tuning.register_cap(torch.device("cuda", 0), 0) == {}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import warnings
 from dataclasses import dataclass, fields, replace
 from importlib import resources
 from pathlib import Path
@@ -117,7 +118,12 @@ def _tables(user_dir: str) -> tuple[dict[str, Any], ...]:
     found: list[dict[str, Any]] = []
     udir = Path(user_dir)
     if udir.is_dir():
-        found += [_load(p) for p in sorted(udir.glob("*.json"))]
+        for p in sorted(udir.glob("*.json")):
+            # a user directory may hold other JSON (bench results, say): skip it loudly, not fatally
+            try:
+                found.append(_load(p))
+            except TuningError as exc:
+                warnings.warn(f"{exc}; ignoring it", stacklevel=2)
     shipped = resources.files("tq_triton").joinpath("tuning_tables")
     found += [_load(p) for p in sorted(shipped.iterdir(), key=lambda p: p.name) if p.name.endswith(".json")]
     return tuple(found)
