@@ -170,3 +170,51 @@ def test_opcheck(seed, device):
         torch.ops.tq.store.default,
         (k, k, b.kv_cache.clone(), torch.tensor([40, -1, 41], device=device), "turboquant_k8v4"),
     )
+
+
+@pytest.mark.parametrize(
+    ("q_len", "bucket"), [(0, "q1"), (1, "q1"), (2, "q2"), (3, "q4"), (8, "q8"), (9, "q16"), (40, "q16")]
+)
+def test_query_buckets(q_len, bucket):
+    assert tuning.q_bucket(q_len) == bucket
+
+
+@pytest.mark.parametrize(
+    ("group", "q_lens", "buckets"),
+    # without the max_query_len hint the launcher assumes the longest possible request
+    [(4, [1, 1], ["q1", "q1"]), (8, [1, 1], ["q1", "q1"]), (4, [8, 3], ["q16", "q8"])],
+)
+def test_attention_looks_up_the_query_length_bucket(monkeypatch, device, group, q_lens, buckets):
+    # decode with 4 q heads per kv head runs 4-token tiles; its table entry is still q1
+    att = sys.modules["tq_triton.attention"]  # the package re-exports a function of that name
+
+    seen = []
+
+    def spy(dev, preset, max_query_len):
+        seen.append(tuning.q_bucket(max_query_len))
+        return tuning.AttentionConfig(block_kv=16, num_warps=4, num_stages=1)
+
+    monkeypatch.setattr(att, "attention_config", spy)
+    b = make_batch(
+        "turboquant_k8v4",
+        [40, 21],
+        q_lens,
+        head_dim=64,
+        num_kv_heads=1,
+        group=group,
+        block_size=16,
+        g=gen(0, device),
+        device=device,
+    )
+    tq_triton.attention(b.query, b.kv_cache, b.block_table, b.seq_lens, b.query_start_loc, b.preset, b.scale)
+    tq_triton.attention(
+        b.query,
+        b.kv_cache,
+        b.block_table,
+        b.seq_lens,
+        b.query_start_loc,
+        b.preset,
+        b.scale,
+        max_query_len=b.max_query_len,
+    )
+    assert seen == buckets

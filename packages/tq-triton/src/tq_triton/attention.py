@@ -459,7 +459,9 @@ def attention(
     if g_pad > MAX_BLOCK_M:
         raise ValueError(f"query: {group} q heads per kv head is more than tq_triton supports ({MAX_BLOCK_M})")
     block_q = plan_block_q(nq, args.num_reqs, g_pad, max_query_len)
-    cfg = config or attention_config(query.device, p.name, block_q)
+    # tables are keyed by the query length (decode, verify), not by the padded tile rows
+    longest = max_query_len if max_query_len is not None else nq - args.num_reqs + 1
+    cfg = config or attention_config(query.device, p.name, longest)
     splits = num_kv_splits or plan_splits(cfg, query.device, args.num_reqs, hk)
     dev = query.device
     cent = dummy(dev) if p.key_is_fp8 else codebook(p, d, dev)[2]

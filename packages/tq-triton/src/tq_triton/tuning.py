@@ -1,7 +1,8 @@
 """Launch parameters from per-device tables, with validated environment overrides.
 
 Lookup order for an attention launch on device ``dev`` with preset ``p`` and query
-bucket ``b`` (``q1``, ``q2``, ``q4``, ``q8``, ``q16``: the padded query tokens per program):
+bucket ``b`` (``q1``, ``q2``, ``q4``, ``q8``, ``q16``: the batch's longest q_len rounded up to a
+power of two, at most 16; ``q1`` is decode, ``q8`` speculative verification of 7-8 tokens):
 built-in defaults, then the first table whose ``match`` substrings occur in the device
 name (user tables in ``$TQ_TUNING_DIR`` or ``~/.cache/tq/tuning`` before the shipped
 ones), reading ``attention.default["*"]``, ``attention.default[b]``, ``attention[p]["*"]``,
@@ -144,8 +145,9 @@ def clear_cache() -> None:
     _store_cached.cache_clear()
 
 
-def q_bucket(block_q: int) -> str:
-    return f"q{block_q}"
+def q_bucket(max_query_len: int) -> str:
+    n = min(max(1, max_query_len), 16)
+    return f"q{1 << (n - 1).bit_length()}"
 
 
 def _env_overrides() -> tuple[tuple[str, int], ...]:
@@ -176,8 +178,9 @@ def _attention_cached(dev_name: str, preset: str, bucket: str, env: tuple[tuple[
     return _apply(cfg, dict(env), "environment")
 
 
-def attention_config(device: torch.device, preset: str, block_q: int) -> AttentionConfig:
-    return _attention_cached(device_key(device), preset, q_bucket(block_q), _env_overrides())
+def attention_config(device: torch.device, preset: str, max_query_len: int) -> AttentionConfig:
+    """Launch parameters for a batch whose longest request has ``max_query_len`` query tokens."""
+    return _attention_cached(device_key(device), preset, q_bucket(max_query_len), _env_overrides())
 
 
 @functools.cache
