@@ -74,43 +74,43 @@ def test_env_overrides_are_validated(monkeypatch, var, value, match):
         tuning.attention_config(torch.device("cpu"), "turboquant_k8v4", 1)
 
 
-def test_env_override_and_table_lookup(monkeypatch, tmp_path):
-    table = tmp_path / "mine.json"
+@pytest.fixture
+def user_tables(monkeypatch, tmp_path):
+    """An empty user tuning directory, with the table caches forgotten before and after."""
+    monkeypatch.setenv("TQ_TUNING_DIR", str(tmp_path))
+    tuning.clear_cache()
+    yield tmp_path
+    tuning.clear_cache()
+
+
+def test_env_override_and_table_lookup(monkeypatch, user_tables):
+    table = user_tables / "mine.json"
     table.write_text(
         '{"match": ["interpreter"], "attention": {"default": {"*": {"block_kv": 32}},'
         ' "turboquant_k8v4": {"q1": {"num_warps": 2}}}}'
     )
-    monkeypatch.setenv("TQ_TUNING_DIR", str(tmp_path))
-    tuning.clear_cache()
-    try:
-        cfg = tuning.attention_config(torch.device("cpu"), "turboquant_k8v4", 1)
-        assert (cfg.block_kv, cfg.num_warps) == (32, 2)
-        assert tuning.attention_config(torch.device("cpu"), "turboquant_k8v4", 8).num_warps == 4
-        monkeypatch.setenv("TQ_BLOCK_KV", "16")
-        assert tuning.attention_config(torch.device("cpu"), "turboquant_k8v4", 1).block_kv == 16
-        assert tuning.attention_config(torch.device("cpu"), "turboquant_k8v4", 1).max_registers == 0
-        monkeypatch.setenv("TQ_MAX_REGISTERS", "128")
-        assert tuning.attention_config(torch.device("cpu"), "turboquant_k8v4", 1).max_registers == 128
-    finally:
-        tuning.clear_cache()
+    cfg = tuning.attention_config(torch.device("cpu"), "turboquant_k8v4", 1)
+    assert (cfg.block_kv, cfg.num_warps) == (32, 2)
+    assert tuning.attention_config(torch.device("cpu"), "turboquant_k8v4", 8).num_warps == 4
+    monkeypatch.setenv("TQ_BLOCK_KV", "16")
+    assert tuning.attention_config(torch.device("cpu"), "turboquant_k8v4", 1).block_kv == 16
+    assert tuning.attention_config(torch.device("cpu"), "turboquant_k8v4", 1).max_registers == 0
+    monkeypatch.setenv("TQ_MAX_REGISTERS", "128")
+    assert tuning.attention_config(torch.device("cpu"), "turboquant_k8v4", 1).max_registers == 128
 
 
-def test_user_dir_skips_files_that_are_not_tables(monkeypatch, tmp_path):
+def test_user_dir_skips_files_that_are_not_tables(user_tables):
+    tmp_path = user_tables
     (tmp_path / "bench.json").write_text('[{"shape": "poc"}]')
     (tmp_path / "broken.json").write_text("{")
     (tmp_path / "mine.json").write_text('{"match": ["interpreter"], "attention": {"default": {"*": {"block_kv": 16}}}}')
-    monkeypatch.setenv("TQ_TUNING_DIR", str(tmp_path))
-    tuning.clear_cache()
-    try:
-        with pytest.warns(UserWarning, match="ignoring") as rec:
-            cfg = tuning.attention_config(torch.device("cpu"), "turboquant_k8v4", 1)
-        assert cfg.block_kv == 16
-        assert {w.message.args[0].split(":")[0] for w in rec} == {
-            f"tuning table {tmp_path / 'bench.json'}",
-            f"tuning table {tmp_path / 'broken.json'}",
-        }
-    finally:
-        tuning.clear_cache()
+    with pytest.warns(UserWarning, match="ignoring") as rec:
+        cfg = tuning.attention_config(torch.device("cpu"), "turboquant_k8v4", 1)
+    assert cfg.block_kv == 16
+    assert {w.message.args[0].split(":")[0] for w in rec} == {
+        f"tuning table {tmp_path / 'bench.json'}",
+        f"tuning table {tmp_path / 'broken.json'}",
+    }
 
 
 def test_register_cap_reaches_cuda_launches_only():

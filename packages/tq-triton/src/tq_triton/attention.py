@@ -403,11 +403,15 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def plan_block_q(num_query_tokens: int, num_reqs: int, group_pad: int, max_query_len: int | None) -> int:
-    """Query tokens per program chunk. Without a hint, assume every request has >= 1 token;
-    a longer request is still correct (the kernel loops over chunks), only slower."""
-    if max_query_len is None:
-        max_query_len = num_query_tokens - num_reqs + 1
+def longest_query(num_query_tokens: int, num_reqs: int, max_query_len: int | None) -> int:
+    """The caller's ``max_query_len`` hint or, without one, the longest q_len possible when every
+    request has >= 1 token. A request longer than the hint is still correct (the kernel loops
+    over chunks), only slower."""
+    return max_query_len if max_query_len is not None else num_query_tokens - num_reqs + 1
+
+
+def plan_block_q(group_pad: int, max_query_len: int) -> int:
+    """Query tokens per program chunk for a batch whose longest request has ``max_query_len``."""
     q = _next_pow2(max(1, min(max_query_len, 16)))
     q = max(q, 16 // group_pad if group_pad < 16 else 1)  # tl.dot needs >= 16 rows
     return max(1, min(q, MAX_BLOCK_M // group_pad))
@@ -458,9 +462,9 @@ def attention(
     g_pad = _next_pow2(group)
     if g_pad > MAX_BLOCK_M:
         raise ValueError(f"query: {group} q heads per kv head is more than tq_triton supports ({MAX_BLOCK_M})")
-    block_q = plan_block_q(nq, args.num_reqs, g_pad, max_query_len)
+    longest = longest_query(nq, args.num_reqs, max_query_len)
+    block_q = plan_block_q(g_pad, longest)
     # tables are keyed by the query length (decode, verify), not by the padded tile rows
-    longest = max_query_len if max_query_len is not None else nq - args.num_reqs + 1
     cfg = config or attention_config(query.device, p.name, longest)
     splits = num_kv_splits or plan_splits(cfg, query.device, args.num_reqs, hk)
     dev = query.device
