@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -118,6 +119,42 @@ def test_register_cap_reaches_cuda_launches_only():
     assert tuning.register_cap(torch.device("cuda", 0), 0) == {}
     assert tuning.register_cap(torch.device("xpu", 0), 128) == {}
     assert tuning.register_cap(torch.device("cpu"), 128) == {}
+
+
+def test_sweep_grid_varies_waves_only_where_they_choose_the_splits():
+    from tq_triton.cli.sweep import attention_grid
+
+    grid = attention_grid([32, 64], [1, 4], [(1, 1), (0, 3)], [0, 32], [0], [16, 64])
+    assert len(grid) == 2 * 2 * 2 * (2 + 1)
+    assert {c.waves for c in grid if c.kv_splits == 0} == {16, 64}
+    assert {c.waves for c in grid if c.kv_splits == 32} == {tuning.AttentionConfig.waves}
+    assert len(set(grid)) == len(grid)
+
+
+@pytest.mark.parametrize("kv_splits", [0, 32])
+def test_sweep_entry_reads_back_as_the_measured_config(kv_splits):
+    from tq_triton.cli.sweep import table_entry
+
+    cfg = tuning.AttentionConfig(
+        block_kv=32, num_warps=1, num_stages=3, kv_splits=kv_splits, waves=64, prefetch=0, max_registers=128
+    )
+    entry = table_entry(cfg, 1.234567891)
+    assert entry["ms"] == 1.23457
+    assert ("waves" in entry) == (kv_splits == 0)
+    back = tuning._apply(tuning.AttentionConfig(), entry, "sweep")
+    assert back == (cfg if kv_splits == 0 else replace(cfg, waves=tuning.AttentionConfig.waves))
+
+
+@pytest.mark.parametrize(
+    ("reqs", "heads", "waves", "cap", "want"),
+    [(32, 8, 64, 64, 33), (32, 8, 4, 64, 3), (1, 8, 64, 64, 64), (1, 8, 64, 1024, 1024), (1, 8, 16, 1024, 264), (512, 8, 4, 64, 1)],
+)
+def test_split_count_from_waves(monkeypatch, reqs, heads, waves, cap, want):
+    att = sys.modules["tq_triton.attention"]
+    monkeypatch.setattr(att, "multiprocessor_count", lambda dev: 132)
+    cfg = tuning.AttentionConfig(waves=waves, max_kv_splits=cap)
+    assert att.plan_splits(cfg, torch.device("cpu"), reqs, heads) == want
+    assert att.plan_splits(replace(cfg, kv_splits=7), torch.device("cpu"), reqs, heads) == 7
 
 
 def test_shipped_tables_are_valid():

@@ -38,11 +38,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--presets", default="all", help="comma list or 'all'")
     p.add_argument("--buckets", default="q1,q8", help=f"query buckets to sweep ({', '.join(BUCKET_SHAPES)})")
     p.add_argument("--block-kv", default="32,64")
-    p.add_argument("--warps", default="4,8")
-    p.add_argument("--modes", default="prefetch:1,pipeline:2,pipeline:3", help="prefetch:STAGES or pipeline:STAGES")
-    p.add_argument("--splits", default="0,16,32", help="0 = from the grid size (waves per SM)")
+    p.add_argument("--warps", default="1,2,4")
+    p.add_argument("--modes", default="prefetch:1,pipeline:3", help="prefetch:STAGES or pipeline:STAGES")
+    p.add_argument("--splits", default="0,32", help="0 = from the grid size (--waves programs per SM)")
     p.add_argument(
         "--max-registers", default="0", help="register caps per thread to try (cuda maxnreg); 0 = compiler's choice"
+    )
+    p.add_argument(
+        "--waves",
+        default="4,16,64",
+        help="programs per multiprocessor to aim for where splits is 0 (one-warp programs want many)",
     )
     p.add_argument("--seq-len", type=int, default=None, help="override the shapes' sequence length")
     p.add_argument("--out", type=Path, default=None, help="table path (default: $TQ_TUNING_DIR/<device>.json)")
@@ -52,6 +57,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+def attention_grid(
+    block_kv: list[int],
+    warps: list[int],
+    modes: list[tuple[int, int]],
+    splits: list[int],
+    max_registers: list[int],
+    waves: list[int],
+) -> list[AttentionConfig]:
+    """Every combination to time; ``modes`` are (prefetch, stages). Waves only vary where the
+    split count is chosen from the grid (splits 0); fixed split counts are timed once."""
+    return [
+        AttentionConfig(
+            block_kv=bkv, num_warps=w, prefetch=pf, num_stages=st, kv_splits=sp, waves=wv, max_registers=reg
+        )
+        for bkv, w, (pf, st), sp, reg in itertools.product(block_kv, warps, modes, splits, max_registers)
+        for wv in (waves if sp == 0 else [AttentionConfig.waves])
+    ]
+
+
+def table_entry(cfg: AttentionConfig, ms: float) -> dict[str, int | float]:
+    """The table entry for a measured configuration (``waves`` only where it chose the splits)."""
+    keys = ["block_kv", "num_warps", "num_stages", "kv_splits", "prefetch", "max_registers"]
+    if cfg.kv_splits == 0:
+        keys.append("waves")
+    entry: dict[str, int | float] = {k: getattr(cfg, k) for k in keys}
+    entry["ms"] = round(ms, 5)
+    return entry
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,12 +103,9 @@ def run(args: argparse.Namespace) -> int:
     for m in args.modes.split(","):
         kind, _, stages = m.partition(":")
         modes.append((1 if kind == "prefetch" else 0, int(stages or 1)))
-    grid = [
-        AttentionConfig(block_kv=bkv, num_warps=w, prefetch=pf, num_stages=st, kv_splits=sp, max_registers=reg)
-        for bkv, w, (pf, st), sp, reg in itertools.product(
-            _ints(args.block_kv), _ints(args.warps), modes, _ints(args.splits), _ints(args.max_registers)
-        )
-    ]
+    grid = attention_grid(
+        _ints(args.block_kv), _ints(args.warps), modes, _ints(args.splits), _ints(args.max_registers), _ints(args.waves)
+    )
     table: dict = {
         "device": name,
         "match": [name],
@@ -110,12 +141,7 @@ def run(args: argparse.Namespace) -> int:
         torch.cuda.empty_cache() if dev.type == "cuda" else None
         if best is None:
             continue
-        entry = {
-            k: v
-            for k, v in asdict(best[1]).items()
-            if k in ("block_kv", "num_warps", "num_stages", "kv_splits", "prefetch", "max_registers")
-        }
-        entry["ms"] = round(best[0], 5)
+        entry = table_entry(best[1], best[0])
         sec = table["attention"].setdefault(preset, {})
         sec[bucket] = entry
         # the verify bucket also serves the buckets nobody swept
