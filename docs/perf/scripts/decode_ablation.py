@@ -1,0 +1,110 @@
+"""Which stage of the attention kernel costs the time: time it with a stage replaced by a constant.
+
+Run on a GPU from the repository root (tq-core and tq-triton importable)::
+
+    python3 docs/perf/scripts/decode_ablation.py --shape decode-32k
+
+Each variant is a copy of ``tq_triton/attention.py`` with text substitutions, loaded as a
+module of the ``tq_triton`` package from a temporary file (nothing is written into the
+package). ``noK`` replaces the decoded key tile by a constant and ``noV`` the value tile;
+the packed words are still loaded and folded into one integer per token, so the loads are
+not optimised away. The outputs of the variants are wrong by design; only their times
+mean something. Launch configuration: the device's table entry for the shape's bucket.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from tq_triton import bench
+from tq_triton.tuning import attention_config
+
+KEEP_K = "(tl.sum(ck0 ^ ck1 ^ ck2, axis=1) & 1).to(tl.float32)"
+KEEP_V = "(tl.sum(cv0 ^ cv1 ^ cv2, axis=1) & 1).to(tl.float32)"
+NO_K = [
+    (
+        "k16, cn2 = codebook_keys(ck0, ck1, ck2, Centroids, KBITS, BLOCK_KV, D)",
+        f"cn2 = {KEEP_K} + 1.0\n        k16 = tl.full((BLOCK_KV, D), 0.01, tl.float16)",
+    ),
+    (
+        "k16 = ck0.to(tl.float8e4nv, bitcast=True).to(tl.float16)\n        s = tl.dot(q16, tl.trans(k16))",
+        "k16 = tl.full((BLOCK_KV, D), 0.01, tl.float16)\n        s = tl.dot(q16, tl.trans(k16))"
+        " + (tl.sum(ck0.to(tl.int32), axis=1) & 1).to(tl.float32)[None, :]",
+    ),
+]
+NO_V = [
+    (
+        "vc = unpack(cv0, cv1, cv2, VBITS, BLOCK_KV, D)\n"
+        "    v16 = ((vc << (10 - VBITS)) | 0x3C00).to(tl.uint16).to(tl.float16, bitcast=True)",
+        "v16 = tl.full((BLOCK_KV, D), 1.5, tl.float16)",
+    ),
+    (
+        "zsum = tl.sum(p * cvz.to(tl.float32)[None, :], axis=1)",
+        f"zsum = tl.sum(p * (cvz.to(tl.float32) + {KEEP_V})[None, :], axis=1)",
+    ),
+]
+VARIANTS = {"base": [], "noK": NO_K, "noV": NO_V, "noKV": NO_K + NO_V}
+
+
+def load_variant(tag: str, tmp: Path):
+    import tq_triton
+
+    src = (Path(tq_triton.__file__).parent / "attention.py").read_text()
+    for old, new in VARIANTS[tag]:
+        if old not in src:
+            raise SystemExit(f"{tag}: the kernel no longer contains {old[:60]!r}; update this script")
+        src = src.replace(old, new)
+    path = tmp / f"_ablation_{tag}.py"
+    path.write_text(src)
+    name = f"tq_triton._ablation_{tag}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # Triton's JIT looks functions up through their module
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def time_variant(mod, case: bench.Case, cfg) -> float:
+    def call() -> None:
+        mod.attention(
+            case.query,
+            case.kv_cache,
+            case.block_table,
+            case.seq_lens,
+            case.query_start_loc,
+            case.preset,
+            case.scale,
+            max_query_len=case.max_query_len,
+            config=cfg,
+        )
+
+    return bench.time_ms(call)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="decode-32k", choices=sorted(bench.SHAPES))
+    ap.add_argument("--presets", default="turboquant_k3v4_nc,turboquant_k8v4")
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    shape = bench.SHAPES[args.shape]
+    with tempfile.TemporaryDirectory() as tmp:
+        for preset in args.presets.split(","):
+            case = bench.build_case(shape, preset, dev)
+            cfg = attention_config(dev, preset, case.max_query_len)
+            print(f"== {shape.name} {preset}: {case.cache_bytes_read / 1e9:.3f} GB compressed; {cfg}")
+            for tag in VARIANTS:
+                ms = time_variant(load_variant(tag, Path(tmp)), case, cfg)
+                print(f"  {tag:5} {ms:8.4f} ms  {case.cache_bytes_read / ms / 1e6:6.0f} GB/s", flush=True)
+            del case
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
