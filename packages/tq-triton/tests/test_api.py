@@ -147,7 +147,14 @@ def test_sweep_entry_reads_back_as_the_measured_config(kv_splits):
 
 @pytest.mark.parametrize(
     ("reqs", "heads", "waves", "cap", "want"),
-    [(32, 8, 64, 64, 33), (32, 8, 4, 64, 3), (1, 8, 64, 64, 64), (1, 8, 64, 1024, 1024), (1, 8, 16, 1024, 264), (512, 8, 4, 64, 1)],
+    [
+        (32, 8, 64, 64, 33),
+        (32, 8, 4, 64, 3),
+        (1, 8, 64, 64, 64),
+        (1, 8, 64, 1024, 1024),
+        (1, 8, 16, 1024, 264),
+        (512, 8, 4, 64, 1),
+    ],
 )
 def test_split_count_from_waves(monkeypatch, reqs, heads, waves, cap, want):
     att = sys.modules["tq_triton.attention"]
