@@ -71,20 +71,7 @@ def load_variant(tag: str, tmp: Path):
 
 
 def time_variant(mod, case: bench.Case, cfg) -> float:
-    def call() -> None:
-        mod.attention(
-            case.query,
-            case.kv_cache,
-            case.block_table,
-            case.seq_lens,
-            case.query_start_loc,
-            case.preset,
-            case.scale,
-            max_query_len=case.max_query_len,
-            config=cfg,
-        )
-
-    return bench.time_ms(call)
+    return bench.time_ms(lambda: bench.run_tq(case, impl=mod.attention, config=cfg))
 
 
 def main() -> None:

@@ -145,8 +145,12 @@ def build_case(shape: Shape, preset: str, device: torch.device, seed: int = 0, d
     )
 
 
-def run_tq(case: Case, out: torch.Tensor | None = None, **kw) -> torch.Tensor:
-    return attention(
+def run_tq(
+    case: Case, out: torch.Tensor | None = None, impl: Callable[..., torch.Tensor] = attention, **kw
+) -> torch.Tensor:
+    """``impl`` (default ``tq_triton.attention``) on the case; a variant with the same signature
+    can stand in (docs/perf/scripts/decode_ablation.py)."""
+    return impl(
         case.query,
         case.kv_cache,
         case.block_table,
