@@ -18,51 +18,42 @@ from ._bits import _code3
 
 
 @triton.jit
-def _cent(Centroids, code):
+def _cent(w0, w1, w2, Centroids, BITS: tl.constexpr, J: tl.constexpr):
+    """Centroid of code position ``J`` (fp16) and its square (fp32)."""
+    if BITS == 4:
+        code = (w0 >> (4 * J)) & 15
+    else:
+        code = _code3(w0, w1, w2, J)
     c = tl.load(Centroids + code)
     cf = c.to(tl.float32)
     return c, cf * cf
 
 
 @triton.jit
-def _c3_1(w0, w1, w2, Centroids, J: tl.constexpr, STEP: tl.constexpr):
-    a, sa = _cent(Centroids, _code3(w0, w1, w2, J))
-    b, sb = _cent(Centroids, _code3(w0, w1, w2, J + STEP))
+def _tree1(w0, w1, w2, Centroids, BITS: tl.constexpr, J: tl.constexpr, STEP: tl.constexpr):
+    a, sa = _cent(w0, w1, w2, Centroids, BITS, J)
+    b, sb = _cent(w0, w1, w2, Centroids, BITS, J + STEP)
     return tl.join(a, b), sa + sb
 
 
 @triton.jit
-def _c3_2(w0, w1, w2, Centroids, J: tl.constexpr, STEP: tl.constexpr):
-    a, sa = _c3_1(w0, w1, w2, Centroids, J, 2 * STEP)
-    b, sb = _c3_1(w0, w1, w2, Centroids, J + STEP, 2 * STEP)
+def _tree2(w0, w1, w2, Centroids, BITS: tl.constexpr, J: tl.constexpr, STEP: tl.constexpr):
+    a, sa = _tree1(w0, w1, w2, Centroids, BITS, J, 2 * STEP)
+    b, sb = _tree1(w0, w1, w2, Centroids, BITS, J + STEP, 2 * STEP)
     return tl.join(a, b), sa + sb
 
 
 @triton.jit
-def _c3_3(w0, w1, w2, Centroids, J: tl.constexpr, STEP: tl.constexpr):
-    a, sa = _c3_2(w0, w1, w2, Centroids, J, 2 * STEP)
-    b, sb = _c3_2(w0, w1, w2, Centroids, J + STEP, 2 * STEP)
+def _tree3(w0, w1, w2, Centroids, BITS: tl.constexpr, J: tl.constexpr, STEP: tl.constexpr):
+    a, sa = _tree2(w0, w1, w2, Centroids, BITS, J, 2 * STEP)
+    b, sb = _tree2(w0, w1, w2, Centroids, BITS, J + STEP, 2 * STEP)
     return tl.join(a, b), sa + sb
 
 
 @triton.jit
-def _c3_4(w0, w1, w2, Centroids, J: tl.constexpr, STEP: tl.constexpr):
-    a, sa = _c3_3(w0, w1, w2, Centroids, J, 2 * STEP)
-    b, sb = _c3_3(w0, w1, w2, Centroids, J + STEP, 2 * STEP)
-    return tl.join(a, b), sa + sb
-
-
-@triton.jit
-def _c4_1(w, Centroids, J: tl.constexpr, STEP: tl.constexpr):
-    a, sa = _cent(Centroids, (w >> (4 * J)) & 15)
-    b, sb = _cent(Centroids, (w >> (4 * (J + STEP))) & 15)
-    return tl.join(a, b), sa + sb
-
-
-@triton.jit
-def _c4_2(w, Centroids, J: tl.constexpr, STEP: tl.constexpr):
-    a, sa = _c4_1(w, Centroids, J, 2 * STEP)
-    b, sb = _c4_1(w, Centroids, J + STEP, 2 * STEP)
+def _tree4(w0, w1, w2, Centroids, BITS: tl.constexpr, J: tl.constexpr, STEP: tl.constexpr):
+    a, sa = _tree3(w0, w1, w2, Centroids, BITS, J, 2 * STEP)
+    b, sb = _tree3(w0, w1, w2, Centroids, BITS, J + STEP, 2 * STEP)
     return tl.join(a, b), sa + sb
 
 
@@ -74,10 +65,12 @@ def codebook_keys(w0, w1, w2, Centroids, BITS: tl.constexpr, T: tl.constexpr, D:
     ``[T, D // 32]``; 4 bits: ``w0`` = ``[T, D // 8]``). ``Centroids``: the fp16 codebook.
     The join trees mirror ``_bits.unpack3`` / ``unpack4``, so positions come out in order.
     """
+    # one tree level per bit of the code position within a word (4 bits: 8 codes) or a
+    # 3-word chunk (3 bits: 32 codes); the lowest bit is split off here
     if BITS == 4:
-        a, sa = _c4_2(w0, Centroids, 0, 2)
-        b, sb = _c4_2(w0, Centroids, 1, 2)
+        a, sa = _tree2(w0, w1, w2, Centroids, BITS, 0, 2)
+        b, sb = _tree2(w0, w1, w2, Centroids, BITS, 1, 2)
     else:
-        a, sa = _c3_4(w0, w1, w2, Centroids, 0, 2)
-        b, sb = _c3_4(w0, w1, w2, Centroids, 1, 2)
+        a, sa = _tree4(w0, w1, w2, Centroids, BITS, 0, 2)
+        b, sb = _tree4(w0, w1, w2, Centroids, BITS, 1, 2)
     return tl.join(a, b).reshape(T, D), tl.sum(sa + sb, axis=1)
