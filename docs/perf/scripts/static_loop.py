@@ -86,8 +86,12 @@ def compile_kernel(args: argparse.Namespace):
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 
 
-def disassemble(cubin: bytes) -> list[tuple[int, tuple[str, int] | None, str, str]]:
-    """(offset, (file, line), opcode, text) per instruction, from nvdisasm with line info."""
+Row = tuple[int, tuple[str, int] | None, str, str]
+
+
+def disassemble(cubin: bytes) -> tuple[list[Row], dict[str, int]]:
+    """(offset, (file, line), opcode, text) per instruction, from nvdisasm with line info,
+    and the offset of each branch label."""
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
         f.write(cubin)
     try:
@@ -107,10 +111,10 @@ def disassemble(cubin: bytes) -> list[tuple[int, tuple[str, int] | None, str, st
             rows.append((off, where, op, text))
             labels.update(dict.fromkeys(pending, off))
             pending = []
-    return [(o, w, op, t) for o, w, op, t in rows], labels
+    return rows, labels
 
 
-def inner_loop(rows, labels):
+def inner_loop(rows: list[Row], labels: dict[str, int]) -> list[Row] | None:
     """The shortest backward-branch body that contains a matrix instruction."""
     best = None
     for off, _, _, text in rows:
