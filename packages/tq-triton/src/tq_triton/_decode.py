@@ -29,6 +29,7 @@ def _cent(w0, w1, w2, Centroids, BITS: tl.constexpr, J: tl.constexpr):
     return c, cf * cf
 
 
+# one function per tree level: Triton jit functions cannot recurse
 @triton.jit
 def _tree1(w0, w1, w2, Centroids, BITS: tl.constexpr, J: tl.constexpr, STEP: tl.constexpr):
     a, sa = _cent(w0, w1, w2, Centroids, BITS, J)
