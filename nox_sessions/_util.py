@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import site
+import sysconfig
 from pathlib import Path
 
 import nox
@@ -25,3 +28,21 @@ def install_core(session: nox.Session, *extra: str) -> None:
 
 def pytest(session: nox.Session, path: str, *args: str) -> None:
     session.run("python", "-m", "pytest", path, "-ra", "-q", "-p", "no:cacheprovider", *args, *session.posargs)
+
+
+def see_host_packages(session: nox.Session) -> None:
+    """Let the session import the packages of the interpreter that runs nox (its GPU torch).
+
+    ``--system-site-packages`` only reaches the *base* interpreter's site directory. Where
+    nox runs from a virtual environment (the lent H200's ``python3`` is
+    ``/opt/torch/.venv/bin/python3``), torch lives in that environment instead and a session
+    would not see it. A ``.pth`` file appends its site directories after the session's own,
+    so the session's editable installs still come first.
+    """
+    paths = sysconfig.get_paths()
+    host = [d for d in dict.fromkeys([*site.getsitepackages(), paths["purelib"], paths["platlib"]]) if os.path.isdir(d)]
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    own = session.run("python", "-c", code, silent=True)
+    if not isinstance(own, str):  # nox --install-only / dry runs return None
+        return
+    Path(own.strip(), "_tq_host_site.pth").write_text("".join(f"{d}\n" for d in host))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import nox
 
-from ._util import install_core, pkg, pytest
+from ._util import install_core, pkg, pytest, see_host_packages
 
 SYCL = pkg("tq-sycl")
 TESTS = SYCL + "/tests"
@@ -88,6 +88,7 @@ def sycl_stock(session: nox.Session) -> None:
     gpus, listing = _gpus(icpx.parent / "sycl-ls", env)
     if not gpus:
         session.skip(f"sycl_stock: found {icpx}, but `sycl-ls` listed no GPU device. sycl-ls said:\n{listing}")
+    see_host_packages(session)
     probe = "import torch; print('XPU_OK' if hasattr(torch, 'xpu') and torch.xpu.is_available() else 'XPU_NO')"
     seen = session.run("python", "-c", probe, silent=True, success_codes=[0, 1], env=env) or ""
     if "XPU_OK" not in seen:

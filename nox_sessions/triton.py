@@ -6,7 +6,7 @@ import os
 
 import nox
 
-from ._util import TRITON, install_core, pkg, pytest
+from ._util import TRITON, install_core, pkg, pytest, see_host_packages
 
 
 @nox.session(name="tests-triton", tags=["tests"])
@@ -23,7 +23,8 @@ def tests_triton(session: nox.Session) -> None:
 def tests_triton_gpu(session: nox.Session) -> None:
     """The same suite at real sizes on this machine's GPU (cuda, or xpu with TQ_TEST_DEVICE=xpu).
 
-    Uses the torch and Triton already installed for the GPU (system site packages)."""
+    Uses the torch and Triton already installed for the GPU (the interpreter running nox)."""
+    see_host_packages(session)
     session.install("--no-deps", "-e", pkg("tq-core"), "-e", pkg("tq-triton"))
     session.env["TQ_TEST_DEVICE"] = os.environ.get("TQ_TEST_DEVICE", "cuda")
     session.env.pop("TRITON_INTERPRET", None)
@@ -32,6 +33,7 @@ def tests_triton_gpu(session: nox.Session) -> None:
 
 @nox.session(venv_params=["--system-site-packages"])
 def bench(session: nox.Session) -> None:
-    """`tq bench` on the standard shapes (needs a GPU; uses the system's GPU torch)."""
+    """`tq bench` on the standard shapes (needs a GPU; uses the GPU torch of the interpreter running nox)."""
+    see_host_packages(session)
     session.install("--no-deps", "-e", pkg("tq-core"), "-e", pkg("tq-triton"))
     session.run("tq", "bench", *session.posargs)
