@@ -111,10 +111,12 @@ def _attend_tile(
         s = tl.dot(q16, tl.trans(k16))
     else:
         k16, cn2 = codebook_keys(ck0, ck1, ck2, Centroids, KBITS, BLOCK_KV, D)
-        # no-op for the result (masked tokens' scores are discarded below); it pins the tile's
-        # layout: without it Triton 3.6 moves the dot operand's shared-memory conversion up
-        # into the join tree and fails to compile 64-row tiles (Illegal shared layout)
-        k16 = tl.where((pos < hi)[:, None], k16, 0.0)
+        if q16.shape[0] >= 64:
+            # no-op for the result (masked tokens' scores are discarded below); it pins the
+            # tile's layout: without it Triton 3.6 moves the dot operand's shared-memory
+            # conversion up into the join tree and fails to compile tiles of 64 query rows
+            # (Illegal shared layout). It costs a select per element, so only there.
+            k16 = tl.where((pos < hi)[:, None], k16, 0.0)
         s = tl.dot(q16, tl.trans(k16))
         knorm = ckn.to(tl.float32)
         if NORM_CORRECTION:
