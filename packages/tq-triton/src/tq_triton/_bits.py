@@ -110,31 +110,89 @@ def unpack(w0, w1, w2, BITS: tl.constexpr, T: tl.constexpr, D: tl.constexpr):
 
 
 @triton.jit
-def _shift(x, sh):
-    """``x << sh`` for sh >= 0, ``x >> -sh`` otherwise; |sh| < 32 (callers mask the rest)."""
-    left = tl.minimum(tl.maximum(sh, 0), 31).to(tl.uint32)
-    right = tl.minimum(tl.maximum(-sh, 0), 31).to(tl.uint32)
-    return tl.where(sh >= 0, x << left, x >> right)
+def _put3(c, J: tl.constexpr):
+    """Code position ``J`` (0..31) of a 3-bit chunk, placed in the chunk's words ``(w0, w1, w2)``."""
+    A: tl.constexpr = (3 * J) // 32
+    S: tl.constexpr = (3 * J) % 32
+    lo = c << S
+    z = c * 0
+    if S > 29:
+        # a code at bits 30..31 spills its high bits into the next word
+        hi = c >> (32 - S)
+    else:
+        hi = z
+    if A == 0:
+        return lo, hi, z
+    elif A == 1:
+        return z, lo, hi
+    else:
+        return z, z, lo
 
 
 @triton.jit
-def pack_chunk_word(codes, W: tl.constexpr, BITS: tl.constexpr):
-    """Word ``W`` of every 32-code chunk: ``codes`` is uint32 ``[T, C, 32]`` -> ``[T, C]``."""
-    j = tl.arange(0, 32)
-    sh = BITS * j - 32 * W  # where code j's bit 0 lands relative to this word's bit 0
-    hit = (sh > -BITS) & (sh < 32)
-    part = _shift(codes, sh[None, None, :])
-    part = tl.where(hit[None, None, :], part, 0)
-    # the parts occupy disjoint bits, so their sum is their bitwise or
-    return tl.sum(part, axis=2)
+def _or3(a, b):
+    return a[0] | b[0], a[1] | b[1], a[2] | b[2]
+
+
+@triton.jit
+def _pack3_1(x, J: tl.constexpr, STEP: tl.constexpr):
+    a, b = tl.split(x)
+    return _or3(_put3(a, J), _put3(b, J + STEP))
+
+
+@triton.jit
+def _pack3_2(x, J: tl.constexpr, STEP: tl.constexpr):
+    a, b = tl.split(x)
+    return _or3(_pack3_1(a, J, 2 * STEP), _pack3_1(b, J + STEP, 2 * STEP))
+
+
+@triton.jit
+def _pack3_3(x, J: tl.constexpr, STEP: tl.constexpr):
+    a, b = tl.split(x)
+    return _or3(_pack3_2(a, J, 2 * STEP), _pack3_2(b, J + STEP, 2 * STEP))
+
+
+@triton.jit
+def _pack3_4(x, J: tl.constexpr, STEP: tl.constexpr):
+    a, b = tl.split(x)
+    return _or3(_pack3_3(a, J, 2 * STEP), _pack3_3(b, J + STEP, 2 * STEP))
+
+
+@triton.jit
+def pack3(codes, T: tl.constexpr, D: tl.constexpr):
+    """3-bit codes ``[T, D]`` -> the chunk words ``w0, w1, w2`` (uint32 ``[T, D // 32]``).
+
+    The inverse of ``unpack3``: a tree of ``tl.split`` peels the code position's bits from
+    the lowest, so every code is shifted by a compile-time amount into its word.
+    """
+    x = codes.reshape(T, D // 32, 2, 2, 2, 2, 2)
+    a, b = tl.split(x)
+    return _or3(_pack3_4(a, 0, 2), _pack3_4(b, 1, 2))
+
+
+@triton.jit
+def pack4(codes, T: tl.constexpr, D: tl.constexpr):
+    """4-bit codes ``[T, D]`` -> words ``[T, D // 8]``, low nibble first (the inverse of ``unpack4``)."""
+    x = codes.reshape(T, D // 8, 2, 2, 2)
+    e, o = tl.split(x)  # nibble index bit 0
+    e0, e1 = tl.split(e)  # bit 1
+    o0, o1 = tl.split(o)
+    e00, e01 = tl.split(e0)  # bit 2
+    e10, e11 = tl.split(e1)
+    o00, o01 = tl.split(o0)
+    o10, o11 = tl.split(o1)
+    return e00 | (o00 << 4) | (e10 << 8) | (o10 << 12) | (e01 << 16) | (o01 << 20) | (e11 << 24) | (o11 << 28)
 
 
 @triton.jit
 def store_codes(row_ptr, mask, codes, BITS: tl.constexpr, D: tl.constexpr, T: tl.constexpr):
     """Pack uint32 codes ``[T, D]`` and store them as ``D * BITS / 32`` words per row at ``row_ptr``."""
-    C: tl.constexpr = D // 32
-    chunks = codes.reshape(T, C, 32)
-    chunk = tl.arange(0, C) * BITS
-    for w in tl.static_range(BITS):
-        word = pack_chunk_word(chunks, w, BITS)
-        tl.store(row_ptr[:, None] + (chunk + w)[None, :], word.to(tl.int32, bitcast=True), mask=mask[:, None])
+    if BITS == 4:
+        w = pack4(codes, T, D)
+        tl.store(row_ptr[:, None] + tl.arange(0, D // 8)[None, :], w.to(tl.int32, bitcast=True), mask=mask[:, None])
+    else:
+        w0, w1, w2 = pack3(codes, T, D)
+        p = row_ptr[:, None] + (tl.arange(0, D // 32) * 3)[None, :]
+        tl.store(p, w0.to(tl.int32, bitcast=True), mask=mask[:, None])
+        tl.store(p + 1, w1.to(tl.int32, bitcast=True), mask=mask[:, None])
+        tl.store(p + 2, w2.to(tl.int32, bitcast=True), mask=mask[:, None])
