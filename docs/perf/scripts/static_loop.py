@@ -55,6 +55,7 @@ def compile_kernel(args: argparse.Namespace):
         NORM_CORRECTION=p.norm_correction,
         PREFETCH=args.prefetch,
         NUM_STAGES=args.stages,
+        VALUE_ACC=args.value_acc,
     )
     types = {
         "Q": "*bf16",
@@ -150,6 +151,7 @@ def main() -> None:
     ap.add_argument("--warps", type=int, default=1)
     ap.add_argument("--prefetch", type=int, default=1)
     ap.add_argument("--stages", type=int, default=1)
+    ap.add_argument("--value-acc", type=int, default=1, choices=(0, 1))
     ap.add_argument("--splits", type=int, default=33)
     ap.add_argument("--max-registers", type=int, default=0)
     ap.add_argument("--top", type=int, default=25)

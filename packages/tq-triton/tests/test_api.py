@@ -67,6 +67,7 @@ def test_debug_mode_checks_metadata_values(monkeypatch, device):
         ("TQ_NUM_WARPS", "x", "integer"),
         ("TQ_NUM_KV_SPLITS", "-1", "in \\["),
         ("TQ_MAX_REGISTERS", "256", "in \\["),
+        ("TQ_VALUE_ACC", "2", "in \\["),
     ],
 )
 def test_env_overrides_are_validated(monkeypatch, var, value, match):
@@ -126,6 +127,9 @@ def test_sweep_grid_varies_waves_only_where_they_choose_the_splits():
 
     grid = attention_grid([32, 64], [1, 4], [(1, 1), (0, 3)], [0, 32], [0], [16, 64])
     assert len(grid) == 2 * 2 * 2 * (2 + 1)
+    assert {c.value_acc for c in grid} == {tuning.AttentionConfig.value_acc}
+    both = attention_grid([32], [1], [(1, 1)], [0, 32], [0], [16, 64], [0, 1])
+    assert len(both) == 2 * (2 + 1) and {c.value_acc for c in both} == {0, 1}
     assert {c.waves for c in grid if c.kv_splits == 0} == {16, 64}
     assert {c.waves for c in grid if c.kv_splits == 32} == {tuning.AttentionConfig.waves}
     assert len(set(grid)) == len(grid)
@@ -136,7 +140,14 @@ def test_sweep_entry_reads_back_as_the_measured_config(kv_splits):
     from tq_triton.cli.sweep import table_entry
 
     cfg = tuning.AttentionConfig(
-        block_kv=32, num_warps=1, num_stages=3, kv_splits=kv_splits, waves=64, prefetch=0, max_registers=128
+        block_kv=32,
+        num_warps=1,
+        num_stages=3,
+        kv_splits=kv_splits,
+        waves=64,
+        prefetch=0,
+        max_registers=128,
+        value_acc=0,
     )
     entry = table_entry(cfg, 1.234567891)
     assert entry["ms"] == 1.23457

@@ -81,6 +81,19 @@ def test_long_sequences_and_splits(preset, block_size, splits, seed, device):
     assert_close(ref, out, out.shape[0])
 
 
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("value_acc", ["0", "1"])
+def test_value_accumulation_modes(preset, value_acc, seed, device, monkeypatch):
+    """Both ways of summing the value product, on one split over the longest sequences: the
+    in-matrix-unit accumulation must not drift with sequence length (tensor cores truncate)."""
+    monkeypatch.setenv("TQ_VALUE_ACC", value_acc)
+    b = make_batch(
+        preset, *LONG, head_dim=128, num_kv_heads=2, group=4, block_size=16, g=gen(seed, device), device=device
+    )
+    ref, out = run_both(b, splits=1)
+    assert_close(ref, out, out.shape[0])
+
+
 @pytest.mark.parametrize("preset", ["turboquant_k3v4_nc", "turboquant_k8v4"])
 def test_edge_lengths(preset, seed, device):
     """q_len == seq_len, sequences shorter than the split count, a q_len=0 request, odd q_len."""

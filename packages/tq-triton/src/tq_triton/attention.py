@@ -83,6 +83,8 @@ def _attend_tile(
     m_i,
     l_i,
     acc,
+    r_i,
+    f_i,
     row_ok,
     row_pos,
     start,
@@ -103,6 +105,7 @@ def _attend_tile(
     KBITS: tl.constexpr,
     VBITS: tl.constexpr,
     NORM_CORRECTION: tl.constexpr,
+    VALUE_ACC: tl.constexpr,
 ):
     """Decode one loaded K/V tile and fold it into the online softmax state."""
     pos = start + tl.arange(0, BLOCK_KV)
@@ -132,20 +135,37 @@ def _attend_tile(
     p = tl.exp2(s - m_ref[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
 
-    # value codes become the fp16 numbers 1 + code / 2^VBITS by setting bits only;
-    # sum_t p_t (zero_t + code_t scale_t) then follows from one matrix product with the
-    # scales folded into the probabilities (normalised by the tile's largest scale)
+    # value codes become the fp16 numbers 1 + code / 2^VBITS by setting bits only, and the
+    # scales are folded into the probabilities (normalised by the tile's largest scale;
+    # f = smax 2^VBITS): sum_t p_t (zero_t + code_t scale_t) then follows from one matrix
+    # product. The output is kept as f_i * acc + r_i.
     vc = unpack(cv0, cv1, cv2, VBITS, BLOCK_KV, D)
     v16 = ((vc << (10 - VBITS)) | 0x3C00).to(tl.uint16).to(tl.float16, bitcast=True)
+    if VALUE_ACC:
+        v16 = v16 - 1.5  # centred: code / 2^VBITS - 1/2, exact (see below)
     vscale = cvs.to(tl.float32)
     smax = tl.max(vscale, axis=0)
     smax = tl.where(smax > 0, smax, 1.0)
     pw = (p * (vscale / smax)[None, :]).to(tl.float16)
-    pv = tl.dot(pw, v16) - tl.sum(pw.to(tl.float32), axis=1)[:, None]
-    zsum = tl.sum(p * cvz.to(tl.float32)[None, :], axis=1)
-    acc = acc * alpha[:, None] + pv * (smax * (1 << VBITS)) + zsum[:, None]
-    m_i = m_new
-    return m_i, l_i, acc
+    f = smax * (1 << VBITS)
+    if VALUE_ACC:
+        # The matrix unit accumulates into acc, rescaled by one factor per row: no other pass
+        # over the [M, D] tile. With codes centred (code / 2^VBITS - 1/2, an exact subtraction)
+        # the sum is f dot(pw, v16) + sum_t p_t (zero_t + scale_t 2^(VBITS-1)). Centring
+        # matters: the matrix unit truncates as it accumulates, so acc must not carry an
+        # offset that r_i cancels only at the end (uncentred, a 32k-token sequence on one
+        # split lost ~1e-2 of relative accuracy on an H200).
+        acc = tl.dot(pw, v16, acc * (alpha * (f_i / f))[:, None])
+        mid = cvz.to(tl.float32) + vscale * (1 << (VBITS - 1))
+        r_i = r_i * alpha + tl.sum(p * mid[None, :], axis=1)
+    else:
+        # each tile's product is corrected, scaled and added in its own passes; f_i stays 1 and
+        # r_i 0. Fewer live registers: faster for one-warp 3-bit-key decode on an H200
+        pv = tl.dot(pw, v16) - tl.sum(pw.to(tl.float32), axis=1)[:, None]
+        zsum = tl.sum(p * cvz.to(tl.float32)[None, :], axis=1)
+        acc = acc * alpha[:, None] + pv * f + zsum[:, None]
+        f = f_i
+    return m_new, l_i, acc, r_i, f
 
 
 @triton.jit
@@ -189,6 +209,7 @@ def _attention_kernel(
     NORM_CORRECTION: tl.constexpr,
     PREFETCH: tl.constexpr,
     NUM_STAGES: tl.constexpr,
+    VALUE_ACC: tl.constexpr,
 ):
     r = tl.program_id(0)
     h = tl.program_id(1)
@@ -228,6 +249,8 @@ def _attention_kernel(
         m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
         l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
         acc = tl.zeros((BLOCK_M, D), dtype=tl.float32)
+        r_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        f_i = tl.full((), 1.0, dtype=tl.float32)
         # rows of this query chunk see nothing past the chunk's last position
         hi = tl.minimum(kv_hi, seq_len - q_len + tl.minimum(qc + BLOCK_Q, q_len))
 
@@ -279,11 +302,13 @@ def _attention_kernel(
                     VBITS,
                 )
                 blk = _tile_block_ids(bt_row, start + 2 * BLOCK_KV, hi, BLOCK_KV, BLOCK_SIZE)
-                m_i, l_i, acc = _attend_tile(
+                m_i, l_i, acc, r_i, f_i = _attend_tile(
                     q16,
                     m_i,
                     l_i,
                     acc,
+                    r_i,
+                    f_i,
                     row_ok,
                     row_pos,
                     start,
@@ -304,6 +329,7 @@ def _attention_kernel(
                     KBITS,
                     VBITS,
                     NORM_CORRECTION,
+                    VALUE_ACC,
                 )
         else:
             # plain loads; Triton's pipeliner stages them through shared memory
@@ -329,11 +355,13 @@ def _attention_kernel(
                     KBITS,
                     VBITS,
                 )
-                m_i, l_i, acc = _attend_tile(
+                m_i, l_i, acc, r_i, f_i = _attend_tile(
                     q16,
                     m_i,
                     l_i,
                     acc,
+                    r_i,
+                    f_i,
                     row_ok,
                     row_pos,
                     start,
@@ -354,9 +382,10 @@ def _attention_kernel(
                     KBITS,
                     VBITS,
                     NORM_CORRECTION,
+                    VALUE_ACC,
                 )
 
-        o = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        o = (acc * f_i + r_i[:, None]) / tl.where(l_i > 0, l_i, 1.0)[:, None]
         if NUM_SPLITS == 1:
             tl.store(
                 Out + q_row[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],
@@ -503,6 +532,7 @@ def attention(
         NORM_CORRECTION=p.norm_correction,
         PREFETCH=cfg.prefetch,
         NUM_STAGES=cfg.num_stages,
+        VALUE_ACC=cfg.value_acc,
         num_warps=cfg.num_warps,
         **launch_options(dev),
         **register_cap(dev, cfg.max_registers),

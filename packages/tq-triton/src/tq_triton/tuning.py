@@ -46,6 +46,9 @@ class AttentionConfig:
     # cuda only: cap registers per thread (Triton's ``maxnreg``) so that more programs fit on
     # a multiprocessor; 0 leaves the choice to the compiler
     max_registers: int = 0
+    # 1: the value product accumulates into the running output (one rescale per row, inside
+    # the matrix unit); 0: each tile's product is scaled and added in a separate pass
+    value_acc: int = 1
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ _LIMITS: dict[str, tuple[int, int, bool]] = {
     "block_t": (16, 128, True),
     "prefetch": (0, 1, False),
     "max_registers": (0, 255, False),
+    "value_acc": (0, 1, False),
 }
 ENV_OVERRIDES = {
     "TQ_BLOCK_KV": "block_kv",
@@ -74,6 +78,7 @@ ENV_OVERRIDES = {
     "TQ_NUM_KV_SPLITS": "kv_splits",
     "TQ_PREFETCH": "prefetch",
     "TQ_MAX_REGISTERS": "max_registers",
+    "TQ_VALUE_ACC": "value_acc",
 }
 
 

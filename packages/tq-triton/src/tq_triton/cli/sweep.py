@@ -49,6 +49,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="4,16,64",
         help="programs per multiprocessor to aim for where splits is 0 (one-warp programs want many)",
     )
+    p.add_argument(
+        "--value-acc",
+        default="0,1",
+        help="1: the value product accumulates into the output inside the matrix unit; 0: a separate pass",
+    )
     p.add_argument("--seq-len", type=int, default=None, help="override the shapes' sequence length")
     p.add_argument("--out", type=Path, default=None, help="table path (default: $TQ_TUNING_DIR/<device>.json)")
     p.add_argument("--no-store", action="store_true", help="skip the store sweep")
@@ -66,21 +71,30 @@ def attention_grid(
     splits: list[int],
     max_registers: list[int],
     waves: list[int],
+    value_acc: list[int] | None = None,
 ) -> list[AttentionConfig]:
     """Every combination to time; ``modes`` are (prefetch, stages). Waves only vary where the
     split count is chosen from the grid (splits 0); fixed split counts are timed once."""
     return [
         AttentionConfig(
-            block_kv=bkv, num_warps=w, prefetch=pf, num_stages=st, kv_splits=sp, waves=wv, max_registers=reg
+            block_kv=bkv,
+            num_warps=w,
+            prefetch=pf,
+            num_stages=st,
+            kv_splits=sp,
+            waves=wv,
+            max_registers=reg,
+            value_acc=va,
         )
         for bkv, w, (pf, st), sp, reg in itertools.product(block_kv, warps, modes, splits, max_registers)
         for wv in (waves if sp == 0 else [AttentionConfig.waves])
+        for va in (value_acc or [AttentionConfig.value_acc])
     ]
 
 
 def table_entry(cfg: AttentionConfig, ms: float) -> dict[str, int | float]:
     """The table entry for a measured configuration (``waves`` only where it chose the splits)."""
-    keys = ["block_kv", "num_warps", "num_stages", "kv_splits", "prefetch", "max_registers"]
+    keys = ["block_kv", "num_warps", "num_stages", "kv_splits", "prefetch", "max_registers", "value_acc"]
     if cfg.kv_splits == 0:
         keys.append("waves")
     entry: dict[str, int | float] = {k: getattr(cfg, k) for k in keys}
@@ -104,7 +118,13 @@ def run(args: argparse.Namespace) -> int:
         kind, _, stages = m.partition(":")
         modes.append((1 if kind == "prefetch" else 0, int(stages or 1)))
     grid = attention_grid(
-        _ints(args.block_kv), _ints(args.warps), modes, _ints(args.splits), _ints(args.max_registers), _ints(args.waves)
+        _ints(args.block_kv),
+        _ints(args.warps),
+        modes,
+        _ints(args.splits),
+        _ints(args.max_registers),
+        _ints(args.waves),
+        _ints(args.value_acc),
     )
     table: dict = {
         "device": name,
