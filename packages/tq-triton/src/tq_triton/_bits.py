@@ -134,6 +134,7 @@ def _or3(a, b):
     return a[0] | b[0], a[1] | b[1], a[2] | b[2]
 
 
+# one function per tree level: Triton jit functions cannot recurse
 @triton.jit
 def _pack3_1(x, J: tl.constexpr, STEP: tl.constexpr):
     a, b = tl.split(x)
