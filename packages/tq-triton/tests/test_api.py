@@ -115,6 +115,58 @@ def test_user_dir_skips_files_that_are_not_tables(user_tables):
     }
 
 
+def test_xpu_launch_options_come_from_the_table_on_xpu_only(monkeypatch, user_tables):
+    monkeypatch.setattr(tuning, "device_key", lambda dev: "Intel(R) Arc(TM) B580 Graphics")
+    assert tuning.launch_options(torch.device("xpu", 0)) == {"grf_mode": "large"}
+    assert tuning.launch_options(torch.device("cuda", 0)) == {}
+
+
+class _GrabLaunch:
+    """Stands in for a jitted kernel: records the keywords of its launch instead of running."""
+
+    def __init__(self) -> None:
+        self.kwargs: dict | None = None
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.kwargs = kwargs
+
+        return launch
+
+
+def test_both_launchers_pass_the_tables_launch_options(monkeypatch, seed, device):
+    """Intel's grf_mode (the Xe2 table's xpu_launch_options) must reach the store and the
+    attention kernel alike."""
+    att = sys.modules["tq_triton.attention"]
+    st = sys.modules["tq_triton.store"]
+    grabs = {"store": _GrabLaunch(), "attention": _GrabLaunch()}
+    monkeypatch.setattr(st, "_store_kernel", grabs["store"])
+    monkeypatch.setattr(att, "_attention_kernel", grabs["attention"])
+    options = {"grf_mode": "large"}
+    monkeypatch.setattr(st, "launch_options", lambda dev: dict(options))
+    monkeypatch.setattr(att, "launch_options", lambda dev: dict(options))
+    b = make_batch(
+        "turboquant_k3v4_nc",
+        [5, 9],
+        [1, 2],
+        head_dim=64,
+        num_kv_heads=1,
+        group=2,
+        block_size=16,
+        g=gen(seed, device),
+        device=device,
+    )
+    key = torch.randn(3, 1, 64, device=device, dtype=torch.bfloat16)
+    slots = torch.tensor([0, 1, 2], device=device)
+    tq_triton.store(key, key.clone(), b.kv_cache, slots, b.preset)
+    tq_triton.attention(
+        b.query, b.kv_cache, b.block_table, b.seq_lens, b.query_start_loc, b.preset, b.scale, num_kv_splits=1
+    )
+    for name, grab in grabs.items():
+        assert grab.kwargs is not None, f"{name} kernel was not launched"
+        assert grab.kwargs.get("grf_mode") == "large", name
+
+
 def test_register_cap_reaches_cuda_launches_only():
     assert tuning.register_cap(torch.device("cuda", 0), 128) == {"maxnreg": 128}
     assert tuning.register_cap(torch.device("cuda", 0), 0) == {}

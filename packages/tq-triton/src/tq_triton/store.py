@@ -19,7 +19,7 @@ from ._bits import store_codes
 from ._rotation import fwht_rows
 from .constants import codebook, dummy, layout_constexprs
 from .device import check_runnable
-from .tuning import StoreConfig, store_config
+from .tuning import StoreConfig, launch_options, store_config
 
 FP16_MAX = tl.constexpr(65504.0)
 FP8_MAX = tl.constexpr(448.0)
@@ -160,4 +160,5 @@ def store(
         NUM_BOUNDS=0 if p.key_is_fp8 else (1 << p.key_bits) - 1,
         BLOCK_T=cfg.block_t,
         num_warps=cfg.num_warps,
+        **launch_options(key.device),
     )
