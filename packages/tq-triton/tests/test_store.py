@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from tqt_helpers import ON_GPU, gen
 
 import tq_core
 import tq_triton
 from tq_core.bitpack import unpack_codes
+from tq_triton.constants import codebook
+from tq_triton.store import codebook_codes
 
 N_TOKENS = 3001 if ON_GPU else 77
 
@@ -92,3 +96,29 @@ def test_store_fp8_saturates(seed, device):
     keys = tq_core.block_fields(got, lay).key[0, 0, :2].contiguous().view(torch.float8_e4m3fn).float()
     assert torch.equal(keys[0], torch.full((d,), 448.0, device=device))
     assert torch.equal(keys[1], torch.full((d,), -448.0, device=device))
+
+
+@triton.jit
+def _codes_kernel(U, Bounds, Out, N: tl.constexpr, NUM_BOUNDS: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(Out + i, codebook_codes(tl.load(U + i), Bounds, NUM_BOUNDS).to(tl.int32))
+
+
+@pytest.mark.parametrize("preset", [n for n, p in tq_core.PRESETS.items() if not p.key_is_fp8])
+def test_codes_on_and_around_every_boundary(preset, seed, device):
+    """The store's codes are the number of boundaries <= u (vLLM's rule: a coordinate on a
+    boundary takes the upper code), also exactly on, just below and just above each boundary,
+    and for infinities and NaN. The byte comparisons above exclude boundary codes."""
+    bounds = codebook(tq_core.get_preset(preset), 128, torch.device(device))[1]
+    below = torch.nextafter(bounds, torch.full_like(bounds, -float("inf")))
+    above = torch.nextafter(bounds, torch.full_like(bounds, float("inf")))
+    special = torch.tensor([float("inf"), -float("inf"), float("nan"), 0.0, -0.0], device=device)
+    rand = torch.randn(256, generator=gen(seed, device), device=device) * bounds.abs().max()
+    u = torch.cat([bounds, below, above, special, rand])
+    n = 1 << (u.numel() - 1).bit_length()
+    u = torch.cat([u, torch.zeros(n - u.numel(), device=device)])
+    out = torch.full((n,), -1, dtype=torch.int32, device=device)
+    _codes_kernel[(1,)](u, bounds, out, N=n, NUM_BOUNDS=bounds.numel())
+    want = torch.searchsorted(bounds, u, right=True).to(torch.int32)
+    want[torch.isnan(u)] = 0  # every comparison with NaN is false
+    torch.testing.assert_close(out, want, rtol=0, atol=0)

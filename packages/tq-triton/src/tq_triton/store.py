@@ -45,6 +45,16 @@ def _fp8_e4m3_bits(x):
 
 
 @triton.jit
+def codebook_codes(u, Bounds, NUM_BOUNDS: tl.constexpr):
+    """Codes of the coordinates ``u``: the number of the ``NUM_BOUNDS`` ascending boundaries
+    that are <= u, so that a coordinate on a boundary takes the upper code (vLLM's rule)."""
+    codes = tl.zeros(u.shape, dtype=tl.uint32)
+    for j in tl.static_range(NUM_BOUNDS):
+        codes += (u >= tl.load(Bounds + j)).to(tl.uint32)
+    return codes
+
+
+@triton.jit
 def _store_kernel(
     K,
     V,
@@ -94,10 +104,7 @@ def _store_kernel(
         # y is sqrt(D) * (H k); the unit vector's coordinate is y / (sqrt(D) * norm)
         inv = tl.where(norm > 0, 1.0 / (tl.where(norm > 0, norm, 1.0) * tl.sqrt(D * 1.0)), 0.0)
         u = y * inv[:, None]
-        codes = tl.zeros((BLOCK_T, D), dtype=tl.uint32)
-        for j in tl.static_range(NUM_BOUNDS):
-            # a coordinate on a boundary takes the upper code (vLLM's rule)
-            codes += (u >= tl.load(Bounds + j)).to(tl.uint32)
+        codes = codebook_codes(u, Bounds, NUM_BOUNDS)
         kptr = (base + KEY_OFF + off * KEY_BYTES).to(tl.pointer_type(tl.int32))
         store_codes(kptr, ok, codes, KBITS, D, BLOCK_T)
         nptr = (base + NORM_OFF + off * 2).to(tl.pointer_type(tl.float16))
