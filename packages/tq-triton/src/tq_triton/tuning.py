@@ -148,6 +148,7 @@ def clear_cache() -> None:
     _tables.cache_clear()
     _attention_cached.cache_clear()
     _store_cached.cache_clear()
+    _xpu_launch_cached.cache_clear()
 
 
 def q_bucket(max_query_len: int) -> str:
@@ -203,12 +204,20 @@ def store_config(device: torch.device, preset: str) -> StoreConfig:
     return _store_cached(device_key(device), preset)
 
 
+@functools.cache
+def _xpu_launch_cached(dev_name: str) -> tuple[tuple[str, Any], ...]:
+    t = table_for(dev_name)
+    return tuple((t or {}).get("xpu_launch_options", {}).items())
+
+
 def launch_options(device: torch.device) -> dict[str, Any]:
-    """Backend-specific launch keywords (e.g. Intel's ``grf_mode``) from the device's table."""
-    t = table_for(device_key(device))
-    if t is None or device.type != "xpu":
+    """Backend-specific launch keywords (e.g. Intel's ``grf_mode``) from the device's table.
+
+    Called on every store and attention launch: no table lookup off xpu, a cached one on it.
+    """
+    if device.type != "xpu":
         return {}
-    return dict(t.get("xpu_launch_options", {}))
+    return dict(_xpu_launch_cached(device_key(device)))
 
 
 def register_cap(device: torch.device, max_registers: int) -> dict[str, Any]:
