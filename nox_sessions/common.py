@@ -6,7 +6,7 @@ import shutil
 
 import nox
 
-from ._util import PACKAGES, ROOT
+from ._util import PACKAGES, ROOT, install
 
 DISTS = ("tq-core", "tq-triton", "tq-sycl", "tq-vllm")
 
@@ -14,7 +14,7 @@ DISTS = ("tq-core", "tq-triton", "tq-sycl", "tq-vllm")
 @nox.session(tags=["tests"])
 def lint(session: nox.Session) -> None:
     """ruff over the whole repository."""
-    session.install("ruff==0.17.6")
+    install(session, "ruff==0.17.6")
     session.run("ruff", "check", str(ROOT))
     session.run("ruff", "format", "--check", "--diff", str(ROOT))
 
@@ -22,7 +22,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def build(session: nox.Session) -> None:
     """Wheel + sdist of every package into dist/, metadata checked with twine."""
-    session.install("build", "twine")
+    install(session, "build", "twine")
     dist = ROOT / "dist"
     shutil.rmtree(dist, ignore_errors=True)
     for name in DISTS:

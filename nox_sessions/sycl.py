@@ -17,7 +17,7 @@ from pathlib import Path
 
 import nox
 
-from ._util import install_core, pkg, pytest, see_host_packages
+from ._util import install, install_core, pkg, pytest, see_host_packages
 
 SYCL = pkg("tq-sycl")
 TESTS = SYCL + "/tests"
@@ -67,7 +67,7 @@ def sycl_host(session: nox.Session) -> None:
     install_core(session)
     # a regular (non-editable) install: scikit-build-core runs CMake in pip's isolated
     # build environment, exactly as a user's `pip install packages/tq-sycl` does
-    session.install(SYCL)
+    install(session, SYCL)
     pytest(session, TESTS)
 
 
@@ -97,8 +97,9 @@ def sycl_stock(session: nox.Session) -> None:
             "torch.xpu.is_available() in the system site-packages this session inherits). Install torch's "
             f"XPU build (its libsycl.so.8 must match icpx's). Probe said: {seen.strip()[-300:]}"
         )
-    session.install("--no-deps", "-e", pkg("tq-core"), env=env)
-    session.install(
+    install(session, "--no-deps", "-e", pkg("tq-core"), env=env)
+    install(
+        session,
         "--no-deps",
         SYCL,
         "-C",
@@ -109,7 +110,7 @@ def sycl_stock(session: nox.Session) -> None:
         f"cmake.define.TQ_SYCL_AOT_TARGET={os.environ.get('TQ_SYCL_AOT_TARGET', '')}",
         env=env,
     )
-    session.install("pytest>=8", env=env)
+    install(session, "pytest>=8", env=env)
     _pytest_env(session, {**env, "TQ_SYCL_REQUIRE_DEVICE": "stock"})
 
 
@@ -137,7 +138,8 @@ def sycl_nightly(session: nox.Session) -> None:
         session.skip(f"sycl_nightly: found {clang}, but its `sycl-ls` listed no GPU device. sycl-ls said:\n{listing}")
     # the parent stays on CPU torch: the nightly module only ever runs in the bridge child
     install_core(session)
-    session.install(
+    install(
+        session,
         SYCL,
         "-C",
         "cmake.define.TQ_SYCL_BACKEND=nightly",

@@ -6,14 +6,14 @@ import os
 
 import nox
 
-from ._util import TRITON, install_core, pkg, pytest, see_host_packages
+from ._util import TRITON, install, install_core, pkg, pytest, see_host_packages
 
 
 @nox.session(name="tests-triton", tags=["tests"])
 def tests_triton(session: nox.Session) -> None:
     """tq-triton's suite on CPU through Triton's interpreter (small shapes)."""
     install_core(session, TRITON)
-    session.install("-e", f"{pkg('tq-triton')}[test]")
+    install(session, "-e", f"{pkg('tq-triton')}[test]")
     session.env["TRITON_INTERPRET"] = "1"
     session.env["TQ_TEST_DEVICE"] = "cpu"
     pytest(session, pkg("tq-triton") + "/tests")
@@ -25,7 +25,7 @@ def tests_triton_gpu(session: nox.Session) -> None:
 
     Uses the torch and Triton already installed for the GPU (the interpreter running nox)."""
     see_host_packages(session)
-    session.install("--no-deps", "-e", pkg("tq-core"), "-e", pkg("tq-triton"))
+    install(session, "--no-deps", "-e", pkg("tq-core"), "-e", pkg("tq-triton"))
     session.env["TQ_TEST_DEVICE"] = os.environ.get("TQ_TEST_DEVICE", "cuda")
     session.env.pop("TRITON_INTERPRET", None)
     pytest(session, pkg("tq-triton") + "/tests")
@@ -35,5 +35,5 @@ def tests_triton_gpu(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """`tq bench` on the standard shapes (needs a GPU; uses the GPU torch of the interpreter running nox)."""
     see_host_packages(session)
-    session.install("--no-deps", "-e", pkg("tq-core"), "-e", pkg("tq-triton"))
+    install(session, "--no-deps", "-e", pkg("tq-core"), "-e", pkg("tq-triton"))
     session.run("tq", "bench", *session.posargs)

