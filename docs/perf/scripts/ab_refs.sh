@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# A/B timing of git refs (main against experimental branches) on one GPU, in one run.
+#
+# Step 1, where git and the build backend are (the CPU machine):
+#     docs/perf/scripts/ab_refs.sh prep main exp/key-lut exp/value-words
+#   writes .ab/<name>/ (the ref's packages/ tree, for its tests) and .ab/<name>.whl/ (wheels of
+#   tq-core and tq-triton), <name> being the ref with '/' turned into '-'.
+# Step 2, on the GPU machine, with .ab carried along (no package index needed):
+#     docs/perf/scripts/ab_refs.sh run OUTDIR main exp-key-lut exp-key-lut@TQ_KEY_LUT=1
+#   Each case is <name>[@VAR=VALUE[,VAR=VALUE...]]: the environment sets tq's overrides
+#   (TQ_KEY_LUT, TQ_VALUE_ACC, TQ_MAX_REGISTERS...). Two rounds of `tq bench` over
+#   AB_SHAPES (default decode-32k,verify-32k,poc) for AB_PRESETS, the cases interleaved, so
+#   that a drift of the machine shows as a difference between rounds. Logs go to OUTDIR;
+#   the tq_triton rows are printed. With AB_TESTS=1, each distinct ref's GPU test suite
+#   runs afterwards (pytest-xdist, 8 workers).
+set -euo pipefail
+
+cmd=${1:-}
+shift || true
+root=$(git rev-parse --show-toplevel 2>/dev/null || pwd)
+cd "$root"
+
+case "$cmd" in
+prep)
+    [ $# -ge 1 ] || { echo "usage: $0 prep REF [REF...]" >&2; exit 2; }
+    py=${PYTHON:-python3}
+    for ref in "$@"; do
+        name=${ref//\//-}
+        rm -rf ".ab/$name" ".ab/$name.whl"
+        mkdir -p ".ab/$name"
+        git archive "$ref" packages | tar -x -C ".ab/$name"
+        for p in tq-core tq-triton; do
+            log=$("$py" -m build -q --wheel --outdir ".ab/$name.whl" ".ab/$name/packages/$p" 2>&1) \
+                || { echo "$log" >&2; exit 1; }
+        done
+        echo "$ref -> .ab/$name ($(git rev-parse --short "$ref"))"
+    done
+    ;;
+run)
+    [ $# -ge 2 ] || { echo "usage: $0 run OUTDIR CASE [CASE...]" >&2; exit 2; }
+    out=$1
+    shift
+    mkdir -p "$out"
+    shapes=${AB_SHAPES:-decode-32k,verify-32k,poc}
+    presets=${AB_PRESETS:-turboquant_k3v4_nc,turboquant_k8v4}
+    declare -A site=()
+    for case in "$@"; do
+        name=${case%%@*}
+        [ -d ".ab/$name.whl" ] || { echo "no .ab/$name.whl: run '$0 prep' for it first" >&2; exit 2; }
+        if [ -z "${site[$name]:-}" ]; then
+            site[$name]=$(mktemp -d)
+            python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+                --target "${site[$name]}" ".ab/$name.whl"/*.whl
+        fi
+    done
+    python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__,
+        torch.cuda.get_device_name() if torch.cuda.is_available() else 'no cuda device')"
+    for round in 1 2; do
+        for case in "$@"; do
+            name=${case%%@*}
+            vars=()
+            [ "$case" != "$name" ] && IFS=, read -r -a vars <<< "${case#*@}"
+            log="$out/ab-${case//[^A-Za-z0-9_.=-]/_}-r$round.log"
+            echo "== $case, round $round"
+            env ${vars[@]+"${vars[@]}"} PYTHONPATH="${site[$name]}" python3 -m tq_core.cli bench \
+                --shapes "$shapes" --presets "$presets" --no-baselines --no-store >"$log" 2>&1 \
+                || { echo "   failed, see $log"; tail -3 "$log"; continue; }
+            grep "tq_triton" "$log" || true
+        done
+    done
+    if [ "${AB_TESTS:-0}" = 1 ]; then
+        for name in "${!site[@]}"; do
+            echo "== GPU tests of $name"
+            (cd ".ab/$name" && PYTHONPATH=packages/tq-core/src:packages/tq-triton/src TQ_TEST_DEVICE=cuda \
+                python3 -m pytest packages/tq-triton/tests -q -p no:cacheprovider -n 8 >"$out/tests-$name.log" 2>&1; \
+                tail -2 "$out/tests-$name.log")
+        done
+    fi
+    ;;
+*)
+    echo "usage: $0 prep REF [REF...] | $0 run OUTDIR CASE [CASE...]" >&2
+    exit 2
+    ;;
+esac
