@@ -11,8 +11,9 @@
 #   (TQ_KEY_LUT, TQ_VALUE_ACC, TQ_MAX_REGISTERS...). Two rounds of `tq bench` over
 #   AB_SHAPES (default decode-32k,verify-32k,poc) for AB_PRESETS, the cases interleaved, so
 #   that a drift of the machine shows as a difference between rounds. Logs go to OUTDIR;
-#   the tq_triton rows are printed. With AB_TESTS=1, each distinct ref's GPU test suite
-#   runs afterwards (pytest-xdist, 8 workers).
+#   the tq_triton rows are printed. AB_STORE=1 also times the store (its rows are printed
+#   too); with AB_TESTS=1, each distinct ref's GPU test suite runs afterwards
+#   (pytest-xdist, 8 workers).
 set -euo pipefail
 
 cmd=${1:-}
@@ -43,6 +44,8 @@ run)
     mkdir -p "$out"
     shapes=${AB_SHAPES:-decode-32k,verify-32k,poc}
     presets=${AB_PRESETS:-turboquant_k3v4_nc,turboquant_k8v4}
+    store=(--no-store)
+    [ "${AB_STORE:-0}" = 1 ] && store=()
     declare -A site=()
     for case in "$@"; do
         name=${case%%@*}
@@ -63,7 +66,7 @@ run)
             log="$out/ab-${case//[^A-Za-z0-9_.=-]/_}-r$round.log"
             echo "== $case, round $round"
             env ${vars[@]+"${vars[@]}"} PYTHONPATH="${site[$name]}" python3 -m tq_core.cli bench \
-                --shapes "$shapes" --presets "$presets" --no-baselines --no-store >"$log" 2>&1 \
+                --shapes "$shapes" --presets "$presets" --no-baselines ${store[@]+"${store[@]}"} >"$log" 2>&1 \
                 || { echo "   failed, see $log"; tail -3 "$log"; continue; }
             grep "tq_triton" "$log" || true
         done
