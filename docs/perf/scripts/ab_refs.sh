@@ -47,6 +47,8 @@ run)
     store=(--no-store)
     [ "${AB_STORE:-0}" = 1 ] && store=()
     declare -A site=()
+    # the per-ref install folders are scratch: gone when the script ends
+    trap 'rm -rf "${site[@]}"' EXIT
     for case in "$@"; do
         name=${case%%@*}
         [ -d ".ab/$name.whl" ] || { echo "no .ab/$name.whl: run '$0 prep' for it first" >&2; exit 2; }
