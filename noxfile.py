@@ -14,6 +14,10 @@ import nox
 sys.path.insert(0, str(Path(__file__).parent))
 
 nox.options.error_on_missing_interpreters = False
+# uv where it is installed (`pip install "nox[uv]"`): its cache hard-links packages into each
+# session's environment, so four copies of torch cost the disk one and install in seconds.
+# Machines without uv (the lent GPU machine) fall back to virtualenv + pip.
+nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = ["lint", "tests-core"]
 
 from nox_sessions import common, core, sycl, triton, vllm  # noqa: E402, F401

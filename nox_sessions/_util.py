@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import site
+import subprocess
+import sys
 import sysconfig
 import time
 from pathlib import Path
@@ -31,8 +33,35 @@ def pkg(name: str) -> str:
 INSTALL_RETRY_WAITS = (20, 60, 120)
 
 
+def uses_uv(session: nox.Session) -> bool:
+    """Whether the session's environment was made by uv (nox's backend "uv|virtualenv" picks uv
+    where it is installed)."""
+    return getattr(session.virtualenv, "venv_backend", "") == "uv"
+
+
+def pip_find_links() -> str | None:
+    """The local wheel folders pip is configured with (PIP_FIND_LINKS or pip.conf's find-links).
+
+    uv reads neither, so the nox sessions hand them to uv as UV_FIND_LINKS: on machines whose
+    pip finds a CPU build of torch in a local folder, uv then installs that build too instead
+    of downloading PyPI's CUDA build."""
+    if os.environ.get("PIP_FIND_LINKS"):
+        return os.environ["PIP_FIND_LINKS"]
+    cmd = [sys.executable, "-m", "pip", "config", "get", "global.find-links"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    links = proc.stdout.strip() if proc.returncode == 0 else ""
+    return links or None
+
+
 def install(session: nox.Session, *args: str, **kwargs: Any) -> None:
-    """``session.install`` that retries a failed pip run after a pause (see INSTALL_RETRY_WAITS)."""
+    """``session.install`` that shows the installer's output (a long download never looks hung)
+    and retries a failed run after a pause (see INSTALL_RETRY_WAITS)."""
+    kwargs.setdefault("silent", False)
+    if uses_uv(session) and "UV_FIND_LINKS" not in os.environ and (links := pip_find_links()):
+        kwargs["env"] = {"UV_FIND_LINKS": links, **kwargs.get("env", {})}
     for attempt, wait in enumerate((*INSTALL_RETRY_WAITS, None), start=1):
         try:
             session.install(*args, **kwargs)
@@ -42,6 +71,14 @@ def install(session: nox.Session, *args: str, **kwargs: Any) -> None:
                 raise
             session.warn(f"pip install failed (try {attempt} of {len(INSTALL_RETRY_WAITS) + 1}); retrying in {wait}s")
             time.sleep(wait)
+
+
+def uninstall(session: nox.Session, *names: str) -> None:
+    """Remove distributions from the session's environment (uv environments have no pip)."""
+    if uses_uv(session):
+        session.run("uv", "pip", "uninstall", *names, external=True)
+    else:
+        session.run("python", "-m", "pip", "uninstall", "-y", *names)
 
 
 def install_core(session: nox.Session, *extra: str) -> None:

