@@ -1,15 +1,36 @@
 """End to end with vLLM's CPU build: a tiny random Llama, greedy decoding, both presets.
 
 For turboquant_k3v4_nc and turboquant_k8v4 it checks that generation works (and starts
-like the bf16 cache does), that ngram speculative decoding gives exactly the tokens and
-logprobs of plain decoding, and, from tq_vllm's own call counters, that tq's backend ran
-on exactly the TurboQuant layers (decode, verify, prefill and prefix-hit continuation),
-while vLLM's boundary layers kept their own attention. Each configuration runs in its
-own process (vLLM's engine in-process there, so the counters are visible).
+like the bf16 cache does), that ngram speculative decoding is lossless, and, from
+tq_vllm's own call counters, that tq's backend ran on exactly the TurboQuant layers
+(decode, verify, prefill and prefix-hit continuation), while vLLM's boundary layers kept
+their own attention. Each configuration runs in its own process (vLLM's engine
+in-process there, so the counters are visible and tq's backend can be checked from
+inside).
 
-The model and prompts are fixed (seed 0): the prompts are built so that a prefix-cache
-hit, mixed prefill/decode batches and accepted drafts all occur, which was checked for
-this model. ``TQ_E2E_MODEL_SEED`` picks another model.
+Lossless is judged on tq's part only. vLLM's CPU model is not batch-invariant outside
+attention on every CPU (its bf16 GEMMs block differently for different batch shapes), so
+a speculative run's logprobs can move by a few 1e-2 against plain decoding, and greedy
+tokens can flip where the two best logprobs (nearly) tie, whatever the KV cache: such
+differences say nothing about tq. What the test asserts instead:
+
+- inside the run, every decode and verify row tq's backend computes is compared with an
+  independent float64 reference built from vLLM's own batch metadata: row ``i`` of a
+  request with seq_len ``S`` and q_len ``Q`` is plain softmax attention over the first
+  ``S - Q + i + 1`` cached tokens, dequantized from tq's cache (``tqv_e2e_run.DecodeCheck``).
+  Its inputs are whatever the host computed, so the error is only tq's: bf16 rounding of
+  the output (under 4e-3 of max |V|) on any CPU, while a verify row that sees one draft
+  token too many or one token too few is off by 0.4 to 0.5 on this model. Such a bug
+  mostly keeps the tokens and moves logprobs by 0.02 to 0.17, the low end of which host
+  noise alone reaches (0.03 seen), so only this check tells it apart on every host;
+- tokens equal those of plain decoding up to each request's first difference, which is
+  allowed only where the plain run's two best logprobs are within a tie margin; after it
+  the sequences are not compared. Logprob differences are printed, not asserted;
+- the verify path ran and drafts were accepted.
+
+The model is fixed (seed 0; ``TQ_E2E_MODEL_SEED`` picks another) and so are the prompts,
+built so that a prefix-cache hit, mixed prefill/decode batches and accepted drafts all
+occur; the tests assert each of them (all hold for seeds 0, 1 and 2).
 """
 
 from __future__ import annotations
@@ -39,7 +60,12 @@ NGRAM = {"num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min
 PRESETS = ["turboquant_k3v4_nc", "turboquant_k8v4"]
 TQ_LAYER_NAMES = sorted(f"model.layers.{i}.self_attn.attn" for i in TQ_LAYERS)
 RUN_TIMEOUT_S = 300
-LOGPROB_TOL = 1e-3
+# decode/verify rows against the float64 reference, relative to max |V|: bf16 rounding of
+# tq's output is at most 2^-8 (measured: 2.1e-3); one token more or less: 0.4 to 0.5
+ATTN_TOL = 1e-2
+# a first token difference is allowed where the plain run's two best logprobs are this
+# close (or, on a noisier host, within 3x the largest logprob difference seen before it)
+TIE_MARGIN = 0.1
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +80,13 @@ _cache: dict[tuple, dict] = {}
 def run_vllm(model: str, kv_cache_dtype: str, *, spec: bool = False, env: dict[str, str] | None = None) -> dict:
     key = (model, kv_cache_dtype, spec, tuple(sorted((env or {}).items())))
     if key not in _cache:
-        cfg = {"model": model, "kv_cache_dtype": kv_cache_dtype, "prompts": PROMPTS, "max_tokens": MAX_TOKENS}
+        cfg = {
+            "model": model,
+            "kv_cache_dtype": kv_cache_dtype,
+            "prompts": PROMPTS,
+            "max_tokens": MAX_TOKENS,
+            "check_decode": kv_cache_dtype.startswith("turboquant_"),
+        }
         if spec:
             cfg["ngram"] = NGRAM
         proc = subprocess.run(
@@ -69,6 +101,7 @@ def run_vllm(model: str, kv_cache_dtype: str, *, spec: bool = False, env: dict[s
         _cache[key] = json.loads(lines[-1].removeprefix("TQV_RESULT "))
         r = _cache[key]
         print(f"{key[1:]}: startup {r['startup_s']:.1f}s, generate {r['generate_s']:.1f}s, stats {r['stats']}")
+        print(f"{key[1:]}: decode check {r['decode_check']}")
     return _cache[key]
 
 
@@ -77,19 +110,53 @@ def check_generated(result: dict) -> None:
     assert all(0 <= t < VOCAB for toks in result["tokens"] for t in toks)
 
 
+def check_attention(result: dict, kind: str) -> None:
+    """tq's ``kind`` rows ("decode": q_len 1, "verify": q_len > 1) against the float64 reference."""
+    chk = result["decode_check"]
+    err = chk["max_err"][kind]
+    print(f"{kind}: {chk['rows'][kind]} rows, max error {err:.3g} of max |V| (worst {chk['worst'].get(kind)})")
+    assert chk["rows"][kind] > 0
+    assert err < ATTN_TOL, f"tq's {kind} attention is off: {err:.3g} of max |V| (worst row {chk['worst'][kind]})"
+
+
+def compare_greedy(plain: dict, other: dict) -> None:
+    """Tokens equal up to each request's first difference, which must sit at a near-tie of ``plain``.
+
+    The margin is TIE_MARGIN, or 3x the largest logprob difference at the positions compared
+    before (what this host's batch-shape rounding moves a logprob by), whichever is larger.
+    """
+    firsts, diffs = [], []
+    for a, b, la, lb in zip(plain["tokens"], other["tokens"], plain["logprobs"], other["logprobs"], strict=True):
+        first = next((t for t, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), None)
+        firsts.append(first)
+        diffs += [abs(x - y) for x, y in zip(la[:first], lb[:first], strict=True)]
+    noise = max(diffs, default=0.0)
+    margin = max(TIE_MARGIN, 3 * noise)
+    gaps = [None if t is None else plain["top2_gaps"][i][t] for i, t in enumerate(firsts)]
+    print(f"first token differences {firsts} (plain's top-2 gaps there {gaps}), max |logprob diff| before: {noise:.3g}")
+    for i, (t, gap) in enumerate(zip(firsts, gaps, strict=True)):
+        assert t is None or gap <= margin, (
+            f"request {i}: token {t} differs ({plain['tokens'][i][t]} plain, {other['tokens'][i][t]} here) "
+            f"although plain's two best logprobs are {gap:.3g} apart (tie margin {margin:.3g})"
+        )
+
+
 @pytest.mark.parametrize("preset", PRESETS)
 def test_generation_works(model, preset):
     bf16 = run_vllm(model, "auto")
     tq = run_vllm(model, preset)
     check_generated(bf16)
     check_generated(tq)
+    check_attention(tq, "decode")
     # the first token comes from the prefill, which attends to un-quantized K/V in every
-    # layer (the third prompt's first 64 positions come dequantized from the prefix cache)
+    # layer (the third prompt's first 64 positions come dequantized from the prefix cache);
+    # it may differ only at a near-tie of the bf16 run's two best logprobs
     for i, (a, b, la, lb) in enumerate(
         zip(bf16["tokens"], tq["tokens"], bf16["logprobs"], tq["logprobs"], strict=True)
     ):
-        assert a[0] == b[0]
-        if i < 2:
+        if a[0] != b[0]:
+            assert bf16["top2_gaps"][i][0] <= TIE_MARGIN
+        elif i < 2:
             assert abs(la[0] - lb[0]) < 0.02
     agree = sum(x == y for a, b in zip(bf16["tokens"], tq["tokens"], strict=True) for x, y in zip(a, b, strict=True))
     print(f"{preset}: {agree}/{sum(MAX_TOKENS)} tokens equal to the bf16 cache's")
@@ -100,16 +167,12 @@ def test_speculative_decoding_is_lossless(model, preset):
     plain = run_vllm(model, preset)
     spec = run_vllm(model, preset, spec=True)
     check_generated(spec)
-    assert spec["tokens"] == plain["tokens"]
-    # Every verified position is computed exactly as its plain decode step (on CPU tq's
-    # attention outputs match bit for bit); what is left is vLLM's own batch-shape rounding
-    # outside attention (seen: 1e-6). Tokens alone are a weak check on this model: verify rows
-    # run on raw instead of quantized K/V, or without the causal mask among the drafts, keep
-    # the tokens but move logprobs by 0.05 to 0.2.
-    rows = zip(spec["logprobs"], plain["logprobs"], strict=True)
-    diff = max(abs(a - b) for x, y in rows for a, b in zip(x, y, strict=True))
-    print(f"{preset}: max |logprob(spec) - logprob(plain)| = {diff:.3g}")
-    assert diff <= LOGPROB_TOL
+    # tq's part, exactly and on any host: every verify (and decode) row of the spec run
+    # against the float64 reference over the causal prefix of tq's own cache
+    check_attention(spec, "verify")
+    check_attention(spec, "decode")
+    # what the user sees, up to the host's batch-shape rounding outside attention
+    compare_greedy(plain, spec)
     counts = spec["stats"]["counts"]
     assert counts["verify_reqs"] > 0 and spec["stats"]["max"]["decode_q_len"] == 1 + NGRAM["num_speculative_tokens"]
     # drafts were accepted: fewer engine steps than plain decoding
@@ -128,8 +191,9 @@ def test_backend_really_ran(model, preset, spec):
     # exactly the TurboQuant layers; the bf16 boundary layers never reached tq
     for kind in ("store", "decode", "chunk"):
         assert s["layers"][kind] == TQ_LAYER_NAMES
-    # one attention call per layer and step
+    # one attention call per layer and step, and some step had decodes and a prompt chunk
     assert c["decode_calls"] <= len(TQ_LAYERS) * c["builds"]
+    assert c["decode_calls"] + c["chunk_calls"] > len(TQ_LAYERS) * c["builds"]
     if not spec:
         assert c["verify_reqs"] == 0 and s["max"]["decode_q_len"] == 1
 
@@ -138,3 +202,4 @@ def test_disable_switch_falls_back_to_vllm(model):
     off = run_vllm(model, "turboquant_k3v4_nc", env={"TQ_VLLM_DISABLE": "1"})
     check_generated(off)
     assert off["stats"]["counts"] == {}
+    assert off["decode_check"]["rows"] == {"verify": 0, "decode": 0}  # tq's backend never ran

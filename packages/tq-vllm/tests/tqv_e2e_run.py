@@ -2,7 +2,12 @@
 
 Runs vLLM in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0, so tq_vllm's counters are
 visible here), generates greedily and prints ``TQV_RESULT {json}`` with the token ids,
-their logprobs, tq_vllm's counters and timings.
+their logprobs, the gap between the two best logprobs at each position, tq_vllm's
+counters and timings.
+
+With ``"check_decode": true`` in the config, every attention call of tq's backend is
+followed by a check of its decode-like rows (plain decode and speculative verification)
+against :class:`DecodeCheck`'s float64 reference; the result carries the largest error.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -21,11 +27,106 @@ def logprobs(completion) -> list[float]:
     return [float(d[t].logprob) for t, d in zip(completion.token_ids, completion.logprobs, strict=True)]
 
 
+def top2_gaps(completion) -> list[float]:
+    """At each position, the best logprob minus the second best (needs logprobs >= 2)."""
+    gaps = []
+    for d in completion.logprobs:
+        best = sorted((float(x.logprob) for x in d.values()), reverse=True)
+        gaps.append(best[0] - best[1])
+    return gaps
+
+
+class DecodeCheck:
+    """An independent float64 reference for the decode-like rows of every tq attention call.
+
+    It takes each request's query rows, q_len ``Q``, seq_len ``S`` and prefill flag from
+    vLLM's own batch metadata (not from tq's plan), reads the first ``S`` cached tokens
+    through vLLM's block table, dequantizes them with tq_core, and computes row ``i`` as
+    plain softmax attention over the first ``S - Q + i + 1`` tokens (GQA: query head j reads
+    kv head j // group). The error of a row is max |tq - reference| over its heads and
+    dims, divided by the request's max |V|. tq's outputs are rounded to the model dtype
+    (bf16: relative 2^-9), so correct code stays near 2e-3 on any host; a row that sees
+    one token more or one token less is off by that token's attention weight times a V
+    difference.
+    """
+
+    def __init__(self) -> None:
+        self.rows = {"verify": 0, "decode": 0}
+        self.max_err = {"verify": 0.0, "decode": 0.0}
+        self.worst: dict[str, Any] = {}
+
+    def install(self) -> None:
+        from tq_vllm import backend
+
+        build, forward = backend.TQMetadataBuilder.build, backend.TQAttentionImpl.forward
+        check = self
+
+        def checked_build(self, common_prefix_len, common_attn_metadata, fast_build=False):
+            md = build(self, common_prefix_len, common_attn_metadata, fast_build)
+            cam, n = common_attn_metadata, common_attn_metadata.num_reqs
+            prefilling = None if cam.is_prefilling is None else cam.is_prefilling[:n].tolist()
+            md.tqv_requests = (cam.query_start_loc_cpu[: n + 1].tolist(), cam.seq_lens[:n].cpu().tolist(), prefilling)
+            return md
+
+        def checked_forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None, **kw):
+            out = forward(self, layer, query, key, value, kv_cache, attn_metadata, output, **kw)
+            if attn_metadata is not None and kv_cache.numel() > 0:
+                check.check(self, query, kv_cache, attn_metadata, out)
+            return out
+
+        backend.TQMetadataBuilder.build = checked_build
+        backend.TQAttentionImpl.forward = checked_forward
+
+    def check(self, impl, query, kv_cache, md, out) -> None:
+        import torch
+
+        import tq_core
+        from tq_core.paged import read_fields
+        from tq_vllm.ops import tq_cache_view
+
+        qsl, seq_lens, prefilling = md.tqv_requests
+        if prefilling is None:  # vLLM without is_prefilling: requests tq's plan did not make chunks
+            chunks = {c.req for c in md.plan.chunks}
+            prefilling = [r in chunks for r in range(len(seq_lens))]
+        cache = tq_cache_view(kv_cache)
+        _, bs, hk, _ = cache.shape
+        views = tq_core.block_fields(cache, impl.preset.block_layout(impl.head_size, bs, hk))
+        q_all = query.view(-1, impl.num_heads, impl.head_size).double()
+        o_all = out.view(-1, impl.num_heads, impl.head_size).double()
+        group = impl.num_heads // impl.num_kv_heads
+        for r, seq_len in enumerate(seq_lens):
+            q0, q1 = qsl[r], qsl[r + 1]
+            if prefilling[r] or q1 == q0:
+                continue
+            pos = torch.arange(seq_len)
+            enc = read_fields(views, md.block_table[r].long()[pos // bs], pos % bs)
+            kv = tq_core.decode_fields(enc, impl.preset, impl.head_size)  # [S, Hk, d] each
+            k, v = (t.double().repeat_interleave(group, dim=1) for t in kv)  # [S, Hq, d]
+            v_scale = float(v.abs().max())
+            kind = "verify" if q1 - q0 > 1 else "decode"
+            for i in range(q1 - q0):
+                n = seq_len - (q1 - q0) + i + 1  # tokens up to and including this row's own
+                s = torch.einsum("hd,shd->hs", q_all[q0 + i], k[:n]) * impl.scale
+                ref = torch.einsum("hs,shd->hd", torch.softmax(s, dim=-1), v[:n])
+                err = float((o_all[q0 + i] - ref).abs().max()) / v_scale
+                self.rows[kind] += 1
+                if err > self.max_err[kind]:
+                    self.max_err[kind] = err
+                    self.worst[kind] = {"seq_len": seq_len, "q_len": q1 - q0, "row": i}
+
+    def result(self) -> dict:
+        return {"rows": self.rows, "max_err": self.max_err, "worst": self.worst}
+
+
 def main() -> None:
     cfg = json.loads(sys.argv[1])
     t0 = time.perf_counter()
     from vllm import LLM, SamplingParams
 
+    check = None
+    if cfg.get("check_decode"):
+        check = DecodeCheck()
+        check.install()
     kwargs = {}
     if cfg.get("ngram"):
         kwargs["speculative_config"] = {"method": "ngram", **cfg["ngram"]}
@@ -43,7 +144,7 @@ def main() -> None:
     )
     t1 = time.perf_counter()
     prompts = [{"prompt_token_ids": p} for p in cfg["prompts"]]
-    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, logprobs=0) for n in cfg["max_tokens"]]
+    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, logprobs=2) for n in cfg["max_tokens"]]
     outs = llm.generate(prompts, params, use_tqdm=False)
     t2 = time.perf_counter()
     import tq_vllm
@@ -51,7 +152,9 @@ def main() -> None:
     result = {
         "tokens": [list(o.outputs[0].token_ids) for o in outs],
         "logprobs": [logprobs(o.outputs[0]) for o in outs],
+        "top2_gaps": [top2_gaps(o.outputs[0]) for o in outs],
         "stats": tq_vllm.stats(),
+        "decode_check": None if check is None else check.result(),
         "startup_s": t1 - t0,
         "generate_s": t2 - t1,
     }
