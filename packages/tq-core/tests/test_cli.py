@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 import types
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 import tq_core
-from tq_core.cli import build_parser, main
+from tq_core.cli import build_parser, main, subcommand_parsers
 from tq_core.cli.capacity import MODELS, ModelShape, boundary_layer_set, capacity_rows
 from tq_core.cli.demo import pick_device
 from tq_core.synthetic import SyntheticKV, synthetic_kv
@@ -25,6 +26,77 @@ def test_all_commands_registered():
     help_text = parser.format_help()
     for cmd in ("info", "capacity", "demo"):
         assert cmd in help_text
+
+
+COMMANDS = sorted(subcommand_parsers(build_parser()))  # tq-core's and those of installed tq packages
+MARKUP = re.compile(r"``|:[a-z]+:`")  # reST literals and roles (:class:`x`, :func:`y`)
+
+
+@pytest.mark.parametrize("cmd", [None, *COMMANDS])
+def test_cli_help_is_plain_text(cmd, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"] if cmd is None else [cmd, "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: tq {cmd or ''}".rstrip())
+    assert not MARKUP.search(out), MARKUP.search(out)
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_cli_every_option_has_help(cmd):
+    parser = subcommand_parsers(build_parser())[cmd]
+    assert parser.description
+    for action in parser._actions:
+        assert action.help and not MARKUP.search(action.help), (cmd, action.option_strings)
+
+
+def no_gpu(monkeypatch) -> None:
+    """Make torch see neither cuda nor xpu, so that GPU machines test the CPU-only path too."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    if getattr(torch, "xpu", None) is not None:
+        monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
+
+
+def usage_error(capsys, argv: list[str]) -> str:
+    """argparse's answer to a bad argument: exit 2, the subcommand's usage, then the problem."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: tq {argv[0]} ") and f"tq {argv[0]}: error: " in err, err
+    return err
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["demo", "--head-dim", "96"], "--head-dim"),
+        (["demo", "--presets", "turboquant_nope"], "turboquant_nope"),
+        (["demo", "--kv-heads", "0"], "--kv-heads"),
+        (["demo", "--seq-len", "8"], "--seq-len"),
+        (["demo", "--q-heads", "6", "--kv-heads", "4"], "multiple of --kv-heads"),
+        (["demo", "--block-size", "1"], "--block-size 1"),
+        (["capacity", "--memory-gib", "0"], "--memory-gib"),
+        (["capacity", "--layers", "0"], "--layers"),
+        (["capacity", "--boundary-layers", "-1"], "--boundary-layers"),
+        (["capacity", "--head-dim", "96"], "--head-dim"),
+    ],
+)
+def test_cli_argument_errors_come_before_the_device(argv, message, capsys, monkeypatch):
+    no_gpu(monkeypatch)
+    err = usage_error(capsys, [*argv, "--device", "cuda"] if argv[0] == "demo" else argv)
+    assert message in err and "torch sees no" not in err
+
+
+@pytest.mark.parametrize("device", ["cuda", "xpu"])
+def test_cli_missing_device_is_one_line_exit_2(device, capsys, monkeypatch):
+    no_gpu(monkeypatch)
+    assert main(["demo", "--device", device]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == ""
+    assert cap.err.splitlines() == [
+        f"tq demo: --device {device}: torch sees no {device.upper()} device; --device cpu runs on the CPU"
+    ]
 
 
 def test_version_via_python_m():
@@ -144,8 +216,8 @@ def test_model_shapes():
 
 
 def test_capacity_rejects_bad_head_dim(capsys):
-    with pytest.raises(SystemExit, match="--head-dim=96"):
-        main(["capacity", "--head-dim", "96"])
+    err = usage_error(capsys, ["capacity", "--head-dim", "96"])
+    assert "argument --head-dim: invalid choice: 96" in err
 
 
 # ---------------------------------------------------------------- demo
@@ -159,6 +231,7 @@ def test_demo_small_run(capsys, tmp_path):
     assert "[4/4] turboquant_3bit_nc" in cap.err and "done in" in cap.err  # progress on stderr
     out = cap.out
     assert "implementation: tq_core (torch reference)" in out and "device cpu" in out
+    assert "docs/references.md" in out and "REFERENCE.md" not in out
     for col in ("bytes/tok/head", "vs bf16", "key MSE", "theory", "value err", "attn rel L2", "attn cos mean"):
         assert col in out
     doc = json.loads(path.read_text())
@@ -194,7 +267,7 @@ def test_pick_device():
     assert pick_device("auto").type == expected
     assert pick_device("cpu").type == "cpu"
     if not torch.cuda.is_available():
-        with pytest.raises(SystemExit, match="cuda"):
+        with pytest.raises(tq_core.BackendUnavailableError, match="cuda"):
             pick_device("cuda")
 
 

@@ -10,16 +10,20 @@ is multiplied by ``1/sqrt(d)`` before use and both have unit variance):
 In these units the expected squared error of a whole unit vector, E||x - x̂||², equals the
 scalar distortion of the codebook, which is what :func:`distortion` returns.
 
-The shipped table (``data/codebooks.json``) is produced by :func:`build_table`;
-``python -m tq_core.codebooks`` rewrites it.
+The shipped table (``data/codebooks.json``) is produced by :func:`build_table`.
+``python -m tq_core.codebooks`` solves it again and compares it with the shipped one;
+``--write PATH`` writes the solved table to ``PATH`` (the package data is only written
+when ``PATH`` names it).
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import itertools
 import json
 import math
+import sys
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -138,11 +142,81 @@ def distortion(bits: int, source: str = "gaussian", d: int | None = None) -> flo
     return get_codebook(bits, source, d).distortion
 
 
-def main() -> None:
-    path = Path(__file__).with_name("data") / "codebooks.json"
-    path.write_text(json.dumps(build_table(), indent=1) + "\n")
-    print(f"wrote {path}")
+def table_difference(a: dict, b: dict) -> float:
+    """Largest absolute difference between two tables' centroids and distortions
+    (``inf`` when they do not hold the same codebooks)."""
+    worst = 0.0
+
+    def walk(x: object, y: object) -> None:
+        nonlocal worst
+        if isinstance(x, dict) and isinstance(y, dict):
+            if x.keys() != y.keys():
+                worst = math.inf
+                return
+            for k in x:
+                walk(x[k], y[k])
+        elif isinstance(x, list) and isinstance(y, list):
+            if len(x) != len(y):
+                worst = math.inf
+                return
+            for u, v in zip(x, y, strict=True):
+                walk(u, v)
+        elif isinstance(x, int | float) and isinstance(y, int | float):
+            worst = max(worst, abs(float(x) - float(y)))
+        elif x != y:
+            worst = math.inf
+
+    walk(a, b)
+    return worst
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m tq_core.codebooks",
+        description=(
+            "Solve the Lloyd-Max codebooks that tq_core ships (Gaussian source for bits "
+            f"{', '.join(map(str, BITS))}; exact Beta source for d in {', '.join(map(str, BETA_DIMS))}) "
+            "and compare them with the shipped table, or write them to a file. By default nothing is "
+            "written: the command prints the largest difference and exits 1 when it exceeds --tolerance. "
+            "Solving takes a few seconds."
+        ),
+        epilog=(
+            "To update the shipped table from a source checkout: python -m tq_core.codebooks "
+            "--write packages/tq-core/src/tq_core/data/codebooks.json"
+        ),
+    )
+    p.add_argument(
+        "--write",
+        metavar="PATH",
+        help="write the solved table as JSON to PATH ('-' for stdout) instead of comparing it",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=1e-6,
+        help="largest absolute difference from the shipped table that passes the comparison (default 1e-6)",
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    print(f"solving {len(BITS) * (1 + len(BETA_DIMS))} codebooks ...", file=sys.stderr, flush=True)
+    table = build_table()
+    if args.write == "-":
+        sys.stdout.write(json.dumps(table, indent=1) + "\n")
+        return 0
+    if args.write:
+        path = Path(args.write)
+        path.write_text(json.dumps(table, indent=1) + "\n")
+        print(f"wrote {path}")
+        return 0
+    diff = table_difference(table, _shipped())
+    ok = diff <= args.tolerance
+    verdict = "matches" if ok else "DIFFERS from"
+    print(f"solved table {verdict} the shipped one: largest difference {diff:.3g} (tolerance {args.tolerance:g})")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,8 +1,14 @@
-"""The ``tq`` command. Subcommands come from the ``tq.commands`` entry-point group.
+"""The tq command. Subcommands come from the "tq.commands" entry-point group.
 
-Each entry point names a ``register(subparsers)`` function that adds its subparser and
-sets ``func`` (``args -> int | None``) as default, so other tq packages (tq-triton adds
-``sweep``, ``bench``, ``profile``) extend the same command when installed.
+Each entry point names a register(subparsers) function that adds its subparser and sets
+func (args -> int | None) as default, so other tq packages (tq-triton adds sweep, bench,
+profile) extend the same command when installed.
+
+Contract for subcommands: argparse checks every argument while parsing (the types in
+tq_core.cli.argtypes), func checks argument combinations first and raises UsageError for
+a bad one, and only then looks for a device. A TQError that reaches main (for example
+BackendUnavailableError: no GPU) is printed as one line, "tq <command>: <message>", on
+stderr, and the exit status is 2, as for an argument error.
 """
 
 from __future__ import annotations
@@ -12,12 +18,20 @@ import sys
 from importlib.metadata import entry_points
 
 from ..__about__ import __version__
+from ..errors import TQError
+
+
+class UsageError(TQError, ValueError):
+    """A combination of arguments that argparse cannot check alone (e.g. --q-heads not a
+    multiple of --kv-heads); main prints the subcommand's usage with it and exits 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tq", description="TurboQuant KV-cache tools")
     parser.add_argument("--version", action="version", version=f"tq-core {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="run 'tq COMMAND --help' for its options"
+    )
     # tq-core's own commands are registered directly, so `python -m tq_core.cli` also works
     # from a source tree without installed metadata; other packages arrive as entry points
     from . import capacity, demo, info
@@ -38,10 +52,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def subcommand_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The subcommands' parsers by name."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:  # argparse.ArgumentParser.error prints the usage and the message, exits 2
+        subcommand_parsers(parser).get(args.command, parser).error(str(exc))
+    except TQError as exc:  # no device or backend, or a value the command could not use: one line
+        message = " ".join(str(exc).split())
+        print(f"tq {args.command}: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
-"""``tq capacity``: KV-cache tokens that fit a memory budget, per cache format.
+"""tq capacity: KV-cache tokens that fit a memory budget, per cache format.
 
-Bytes per token of one layer: bf16 ``2 * 2 * head_dim * kv_heads``, fp8 half of that,
-TurboQuant ``slot_size_aligned * kv_heads`` (one slot holds the key and the value).
-vLLM keeps the first and last ``--boundary-layers`` layers of dense models in the
-model dtype (bf16) when a ``turboquant_*`` cache is chosen (default 2 on each side,
+Bytes per token of one layer: bf16 2 * 2 * head_dim * kv_heads, fp8 half of that,
+TurboQuant slot_size_aligned * kv_heads (one slot holds the key and the value).
+vLLM keeps the first and last --boundary-layers layers of dense models in the
+model dtype (bf16) when a turboquant_* cache is chosen (default 2 on each side,
 capped at half the layers per side), so those layers cost bf16 bytes in the TurboQuant
 rows. fp8 and bf16 caches have no boundary layers. Block rounding is ignored.
+Runs on the CPU; needs no GPU.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import argparse
 import json
 from dataclasses import dataclass
 
-from ..errors import PresetError
-from ..presets import PRESETS, get_preset
+from ..presets import PRESETS, SUPPORTED_HEAD_DIMS, get_preset
+from .argtypes import nonnegative_int, positive_float, positive_int
 
 GIB = 1 << 30
 
@@ -39,7 +40,7 @@ MODELS: dict[str, ModelShape] = {
 
 
 def boundary_layer_set(layers: int, boundary: int) -> set[int]:
-    """Layer indices vLLM keeps in bf16: the first and last ``boundary``, each side capped at layers // 2."""
+    """Layer indices vLLM keeps in bf16: the first and last `boundary`, each side capped at layers // 2."""
     n = min(boundary, layers // 2)
     return set(range(n)) | set(range(layers - n, layers))
 
@@ -102,14 +103,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         shape = ModelShape(args.layers or 32, args.kv_heads or 8, args.head_dim or 128)
         label = "custom"
-    if shape.layers < 1 or shape.kv_heads < 1:
-        raise SystemExit("tq capacity: --layers and --kv-heads must be positive")
-    try:
-        get_preset("turboquant_k8v4").check_head_dim(shape.head_dim, "--head-dim")
-    except PresetError as exc:
-        raise SystemExit(f"tq capacity: {exc}") from None
-    if args.boundary_layers < 0 or args.memory_gib <= 0:
-        raise SystemExit("tq capacity: --boundary-layers must be >= 0 and --memory-gib > 0")
     memory = int(args.memory_gib * GIB)
     rows = capacity_rows(shape, memory, args.boundary_layers)
     print(render(shape, args.memory_gib, args.boundary_layers, rows, label))
@@ -134,15 +127,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--model", choices=sorted(MODELS), help="a known model shape (--layers etc. override it)")
-    p.add_argument("--layers", type=int, help="attention layers (default 32)")
-    p.add_argument("--kv-heads", type=int, help="kv heads per layer (default 8)")
-    p.add_argument("--head-dim", type=int, help="head dim, 64/128/256/512 (default 128)")
-    p.add_argument("--memory-gib", type=float, default=16.0, help="memory for the KV cache in GiB (default 16)")
+    p.add_argument("--layers", type=positive_int, help="attention layers (default 32)")
+    p.add_argument("--kv-heads", type=positive_int, help="kv heads per layer (default 8)")
+    p.add_argument(
+        "--head-dim",
+        type=int,
+        choices=SUPPORTED_HEAD_DIMS,
+        help=f"head dim, one of {', '.join(map(str, SUPPORTED_HEAD_DIMS))} (default 128)",
+    )
+    p.add_argument(
+        "--memory-gib", type=positive_float, default=16.0, help="memory for the KV cache in GiB (default 16)"
+    )
     p.add_argument(
         "--boundary-layers",
-        type=int,
+        type=nonnegative_int,
         default=2,
         help="first and last N layers vLLM keeps in bf16 with a turboquant_* cache (default 2; 0 = none)",
     )
-    p.add_argument("--json", metavar="PATH", help="also write the table as JSON")
+    p.add_argument("--json", metavar="PATH", help="also write the table as JSON to PATH")
     p.set_defaults(func=run)

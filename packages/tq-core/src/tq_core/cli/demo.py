@@ -1,8 +1,8 @@
-"""``tq demo``: accuracy and capacity of every preset on a synthetic, LLM-like KV cache.
+"""tq demo: accuracy and capacity of every preset on a synthetic, LLM-like KV cache.
 
 Builds a batch of requests (decode, q_len = 1, and speculative verify, q_len = 1 + k)
 over a paged cache with randomly permuted physical blocks, stores the keys and values
-with each preset through ``store`` and runs ``attention`` on the compressed cache. It
+with each preset through store and runs attention on the compressed cache. It
 reports, per format:
 
 - bytes per token and kv head (key + value) and the capacity ratio vs a bf16 cache;
@@ -13,9 +13,9 @@ reports, per format:
   all output rows, and the mean and minimum cosine similarity of output rows.
 
 The keys have a few high-magnitude channels and per-head offsets
-(:class:`tq_core.synthetic.SyntheticKV`), the case that makes plain per-channel
-quantization fail. On cuda/xpu with tq-triton installed, tq_triton's store and attention
-run; otherwise tq_core's reference ops.
+(tq_core.synthetic.SyntheticKV), the case that makes plain per-channel quantization
+fail. On cuda/xpu with tq-triton installed, tq_triton's store and attention run;
+otherwise tq_core's reference ops (the CPU is enough).
 """
 
 from __future__ import annotations
@@ -35,11 +35,14 @@ from ..__about__ import __version__
 from ..attention import attention as core_attention
 from ..codebooks import distortion
 from ..codec import FP8_E4M3_MAX
+from ..errors import BackendUnavailableError, TQError
 from ..kv import decode_kv
 from ..paged import store as core_store
 from ..paged import to_vllm_cache
-from ..presets import PRESETS, get_preset
+from ..presets import PRESETS, SUPPORTED_HEAD_DIMS, get_preset
 from ..synthetic import SyntheticKV
+from . import UsageError
+from .argtypes import int_at_least, positive_int
 
 
 @dataclass
@@ -48,7 +51,7 @@ class DemoRow:
     bytes_per_token: int  # per kv head, key + value
     ratio_vs_bf16: float
     key_mse: float  # E||x - x_hat||^2 of unit keys
-    key_mse_theory: float | None  # Gaussian-codebook figure (REFERENCE.md), None for fp8 / bf16
+    key_mse_theory: float | None  # Gaussian-codebook figure (docs/references.md), None for fp8 / bf16
     value_rel_err: float
     attn_rel_l2: float
     attn_cos_mean: float
@@ -63,9 +66,9 @@ def pick_device(name: str) -> torch.device:
             return torch.device("cuda")
         return torch.device("xpu") if has_xpu else torch.device("cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("tq demo: --device cuda requested but torch sees no CUDA device")
+        raise BackendUnavailableError("--device cuda: torch sees no CUDA device; --device cpu runs on the CPU")
     if name == "xpu" and not has_xpu:
-        raise SystemExit("tq demo: --device xpu requested but torch sees no XPU device")
+        raise BackendUnavailableError("--device xpu: torch sees no XPU device; --device cpu runs on the CPU")
     return torch.device(name)
 
 
@@ -279,18 +282,26 @@ def render(result: dict) -> str:
     notes = [
         "",
         "key MSE: E||x - x_hat||^2 of unit keys as attention sees them; theory: Gaussian-codebook figure",
-        "for random unit vectors (REFERENCE.md). value err: ||v - v_hat|| / ||v||. attn: output vs",
+        "for random unit vectors (docs/references.md). value err: ||v - v_hat|| / ||v||. attn: output vs",
         "attention over the same K/V in bf16 (relative L2 over all rows; cosine per output row).",
         "fp8: K and V cast to e4m3 without scales (vLLM's fp8 cache), computed densely for comparison.",
     ]
     return "\n".join(head + body + notes)
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Argument combinations argparse cannot check alone; raises UsageError."""
+    if args.q_heads % args.kv_heads:
+        raise UsageError(f"--q-heads {args.q_heads} must be a multiple of --kv-heads {args.kv_heads}")
+    for name in args.presets or PRESETS:
+        try:
+            get_preset(name).block_layout(args.head_dim, args.block_size, args.kv_heads)
+        except TQError as exc:
+            raise UsageError(f"--block-size {args.block_size}: {exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.kv_heads < 1 or args.q_heads % args.kv_heads:
-        raise SystemExit(f"tq demo: --q-heads {args.q_heads} must be a multiple of --kv-heads {args.kv_heads}")
-    if args.batch < 1 or args.seq_len < 9:
-        raise SystemExit("tq demo: --batch must be >= 1 and --seq-len >= 9")
+    check_args(args)
     device = pick_device(args.device)
 
     def progress(msg: str) -> None:
@@ -326,15 +337,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--device", choices=("auto", "cpu", "cuda", "xpu"), default="auto", help="default: best present")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--head-dim", type=int, default=128, choices=(64, 128, 256, 512))
-    p.add_argument("--kv-heads", type=int, default=4)
-    p.add_argument("--q-heads", type=int, default=16, help="a multiple of --kv-heads (GQA)")
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--seq-len", type=int, default=2048, help="longest request; the others are shorter")
-    p.add_argument("--batch", type=int, default=4, help="number of requests")
-    p.add_argument("--presets", nargs="+", choices=sorted(PRESETS), help="default: all four")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda", "xpu"),
+        default="auto",
+        help="where to run (default auto: cuda, else xpu, else cpu)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic keys, values and queries (default 0)")
+    p.add_argument("--head-dim", type=int, default=128, choices=SUPPORTED_HEAD_DIMS, help="head dim (default 128)")
+    p.add_argument("--kv-heads", type=positive_int, default=4, help="kv heads (default 4)")
+    p.add_argument(
+        "--q-heads", type=positive_int, default=16, help="query heads, a multiple of --kv-heads (default 16)"
+    )
+    p.add_argument("--block-size", type=positive_int, default=16, help="tokens per cache block (default 16)")
+    p.add_argument(
+        "--seq-len",
+        type=int_at_least(9),
+        default=2048,
+        help="tokens of the longest request, at least 9; the others are shorter (default 2048)",
+    )
+    p.add_argument("--batch", type=positive_int, default=4, help="number of requests (default 4)")
+    p.add_argument(
+        "--presets",
+        nargs="+",
+        choices=sorted(PRESETS),
+        metavar="PRESET",
+        help=f"presets to run, from {', '.join(PRESETS)} (default: all four)",
+    )
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=run)

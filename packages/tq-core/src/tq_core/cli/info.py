@@ -1,4 +1,4 @@
-"""``tq info``: installed tq packages, torch, devices and toolchains. Never fails."""
+"""tq info: installed tq packages, torch, devices and toolchains. Never fails."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def _xpu_devices(torch) -> list[str]:
 
 
 def collect() -> dict[str, object]:
-    """Everything ``tq info`` prints, as a dict of sections (each value a str or dict)."""
+    """Everything tq info prints, as a dict of sections (each value a str or dict)."""
     info: dict[str, object] = {
         "python": f"{platform.python_version()} ({sys.executable})",
         "platform": _guard(platform.platform),

@@ -1,11 +1,11 @@
-"""``tq bench``: tq_triton.attention side by side with its peers on the present GPU.
+"""tq bench: tq_triton.attention side by side with its peers on the present GPU.
 
-Per case: ``tq_triton.attention``; the two baselines the seeds compared against, built
-from our own q_len=1 path (one call per verify token; one batched call where every verify
+Per case: tq_triton.attention; the two baselines the seeds compared against, built from
+our own q_len=1 path (one call per verify token; one batched call where every verify
 token is its own request); bf16 attention on the same shape through torch SDPA's fastest
 backend; and the store's throughput. Times are medians of many runs after warm-up
 (device events); bandwidth is the compressed bytes one call must read over its time,
-also as a share of the copy bandwidth measured in the same run.
+also as a share of the copy bandwidth measured in the same run. Needs a cuda or xpu GPU.
 """
 
 from __future__ import annotations
@@ -13,47 +13,90 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import torch
 
+from tq_core import SUPPORTED_HEAD_DIMS, BackendUnavailableError, TQError, get_preset
+from tq_core.cli import UsageError
+from tq_core.cli.argtypes import choice_list, int_list, positive_int, preset_list
+
 from .. import bench
-from ..device import default_device, device_key
+from ..device import device_key
 from ..store import store
+from . import gpu_device
 from ._progress import progress
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "bench", help="benchmark tq_triton against bf16 attention and baselines", description=__doc__
+        "bench",
+        help="benchmark tq_triton against bf16 attention and baselines",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "--shapes", default="poc,decode-32k,verify-32k,ragged", help=f"named: {', '.join(bench.SHAPES)}; or 'custom'"
+        "--shapes",
+        type=choice_list([*bench.SHAPES, "custom"], "shape"),
+        default="poc,decode-32k,verify-32k,ragged",
+        help=f"comma list of named shapes ({', '.join(bench.SHAPES)}) or 'custom', built from the options below "
+        "(default: poc,decode-32k,verify-32k,ragged)",
     )
-    p.add_argument("--presets", default="turboquant_k3v4_nc,turboquant_k8v4")
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--q-heads", type=int, default=32)
-    p.add_argument("--kv-heads", type=int, default=8)
-    p.add_argument("--head-dim", type=int, default=128)
-    p.add_argument("--seq-len", type=int, default=8192)
-    p.add_argument("--q-len", type=int, default=1)
-    p.add_argument("--q-lens", default=None, help="ragged: comma list of q_len per request (custom shape)")
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--seq-lens", default=None, help="also run each shape at these sequence lengths (for --plot)")
+    p.add_argument(
+        "--presets",
+        type=preset_list,
+        default="turboquant_k3v4_nc,turboquant_k8v4",
+        help="comma list of presets, or 'all' (default: turboquant_k3v4_nc,turboquant_k8v4)",
+    )
+    p.add_argument("--batch", type=positive_int, default=8, help="custom shape: requests (default 8)")
+    p.add_argument("--q-heads", type=positive_int, default=32, help="custom shape: query heads (default 32)")
+    p.add_argument(
+        "--kv-heads", type=positive_int, default=8, help="custom shape: kv heads, dividing --q-heads (default 8)"
+    )
+    p.add_argument(
+        "--head-dim", type=int, choices=SUPPORTED_HEAD_DIMS, default=128, help="custom shape: head dim (default 128)"
+    )
+    p.add_argument("--seq-len", type=positive_int, default=8192, help="custom shape: tokens per request (default 8192)")
+    p.add_argument("--q-len", type=positive_int, default=1, help="custom shape: query tokens per request (default 1)")
+    p.add_argument(
+        "--q-lens",
+        type=int_list(1),
+        default=None,
+        help="custom shape: comma list of q_len per request (ragged; sets the batch size)",
+    )
+    p.add_argument("--block-size", type=positive_int, default=16, help="tokens per cache block (default 16)")
+    p.add_argument(
+        "--seq-lens",
+        type=int_list(1),
+        default=None,
+        help="comma list: also run each shape at these sequence lengths (for --plot)",
+    )
     p.add_argument("--no-baselines", action="store_true", help="skip the per-token baselines")
-    p.add_argument("--no-store", action="store_true")
-    p.add_argument("--json", type=Path, default=None)
-    p.add_argument("--plot", type=Path, default=None, help="PNG: time vs seq_len and bandwidth utilisation")
+    p.add_argument("--no-store", action="store_true", help="skip the store throughput rows")
+    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the rows as JSON to PATH")
+    p.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        metavar="PNG",
+        help="also plot time and bandwidth use (over seq_len with --seq-lens) to PNG; needs matplotlib",
+    )
     p.set_defaults(func=run)
 
 
 def _shapes(args: argparse.Namespace) -> list[bench.Shape]:
+    """The shapes to run; UsageError for a custom shape whose options do not fit together."""
     out = []
-    for name in args.shapes.split(","):
+    for name in args.shapes:
         if name == "custom":
-            qls = tuple(int(x) for x in args.q_lens.split(",")) if args.q_lens else None
+            qls = tuple(args.q_lens) if args.q_lens else None
+            if args.q_heads % args.kv_heads:
+                raise UsageError(f"--q-heads {args.q_heads} must be a multiple of --kv-heads {args.kv_heads}")
+            if max(qls or (args.q_len,)) > args.seq_len:
+                raise UsageError(f"query lengths must not exceed --seq-len {args.seq_len}")
             out.append(
                 bench.Shape(
                     "custom",
@@ -67,19 +110,30 @@ def _shapes(args: argparse.Namespace) -> list[bench.Shape]:
                     block_size=args.block_size,
                 )
             )
-        elif name in bench.SHAPES:
-            out.append(dataclasses.replace(bench.SHAPES[name], block_size=args.block_size))
         else:
-            raise SystemExit(f"tq bench: unknown shape {name!r}; expected one of {sorted(bench.SHAPES)} or 'custom'")
+            out.append(dataclasses.replace(bench.SHAPES[name], block_size=args.block_size))
     if args.seq_lens:
-        out = [bench.with_seq_len(s, int(L)) if not s.seq_lens else s for s in out for L in args.seq_lens.split(",")]
+        out = [bench.with_seq_len(s, L) if not s.seq_lens else s for s in out for L in args.seq_lens]
     return out
 
 
+def _check_layouts(shapes: list[bench.Shape], presets: list[str]) -> None:
+    """UsageError where a preset cannot lay out a shape's cache block (e.g. --block-size too small)."""
+    for shape in shapes:
+        for name in presets:
+            try:
+                get_preset(name).block_layout(shape.head_dim, shape.block_size, shape.kv_heads)
+            except TQError as exc:
+                raise UsageError(f"shape {shape.name}: {exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
-    dev = default_device()
-    presets = args.presets.split(",")
+    presets = args.presets
     shapes = _shapes(args)
+    _check_layouts(shapes, presets)
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        raise BackendUnavailableError("--plot needs matplotlib (pip install matplotlib)")
+    dev = gpu_device()
     bw = bench.copy_bandwidth_gbs(dev)
     rows: list[dict] = []
     jobs = [(s, p) for s in shapes for p in presets]
@@ -170,8 +224,6 @@ def _ratios(rows: list[dict]) -> None:
 
 
 def _store_rows(presets: list[str], dev: torch.device, bw: float) -> list[dict]:
-    from tq_core import get_preset
-
     n, h, d = 1 << 20, 8, 128
     gen = torch.Generator(device=dev).manual_seed(1)
     k, v = bench.llm_like_kv(n, h, d, gen, dev)
@@ -224,7 +276,7 @@ def _label(r: dict) -> str:
 
 def _plot(rows: list[dict], bw: float, path: Path) -> None:
     """Time and bandwidth use per implementation: lines over seq_len when several lengths
-    were run (``--seq-lens``), grouped bars per shape otherwise."""
+    were run (--seq-lens), grouped bars per shape otherwise."""
     import matplotlib
 
     matplotlib.use("Agg")

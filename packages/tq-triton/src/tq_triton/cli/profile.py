@@ -1,4 +1,9 @@
-"""``tq profile``: launches, GPU time per kernel and CPU dispatch time for one shape."""
+"""tq profile: launches, GPU time per kernel and CPU dispatch time for one shape.
+
+Runs tq_triton.attention on one named benchmark shape under torch.profiler and prints
+the kernel launches per call, each kernel's GPU time and the CPU time to dispatch a
+call. Needs a cuda or xpu GPU.
+"""
 
 from __future__ import annotations
 
@@ -7,22 +12,34 @@ import time
 
 import torch
 
+from tq_core.cli.argtypes import positive_int, preset
+
 from .. import bench
-from ..device import default_device
+from . import gpu_device
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("profile", help="torch.profiler summary of tq_triton.attention on one shape")
-    p.add_argument("--shape", default="decode-32k", choices=sorted(bench.SHAPES))
-    p.add_argument("--preset", default="turboquant_k3v4_nc")
-    p.add_argument("--iters", type=int, default=20)
+    p = subparsers.add_parser(
+        "profile",
+        help="torch.profiler summary of tq_triton.attention on one shape",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--shape",
+        default="decode-32k",
+        choices=sorted(bench.SHAPES),
+        help="benchmark shape, as in tq bench (default decode-32k)",
+    )
+    p.add_argument("--preset", type=preset, default="turboquant_k3v4_nc", help="preset (default turboquant_k3v4_nc)")
+    p.add_argument("--iters", type=positive_int, default=20, help="calls timed and profiled (default 20)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from torch.profiler import ProfilerActivity, profile
 
-    dev = default_device()
+    dev = gpu_device()
     case = bench.build_case(bench.SHAPES[args.shape], args.preset, dev, seed=0)
     out = torch.empty_like(case.query)
     for _ in range(3):

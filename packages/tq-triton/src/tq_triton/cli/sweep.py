@@ -1,9 +1,10 @@
-"""``tq sweep``: measure launch parameters on the present GPU and write a tuning table.
+"""tq sweep: measure launch parameters on the present GPU and write a tuning table.
 
-For each preset and query bucket it times ``tq_triton.attention`` on a representative
+For each preset and query bucket it times tq_triton.attention on a representative
 shape over a grid of tile sizes, warps, pipelining modes and split counts, and the store
 over tile sizes and warps; the fastest entries go into a JSON table that the launchers
-read from ``$TQ_TUNING_DIR`` (default ``~/.cache/tq/tuning``) before the shipped ones.
+read from $TQ_TUNING_DIR (default ~/.cache/tq/tuning) before the shipped ones.
+Needs a cuda or xpu GPU.
 """
 
 from __future__ import annotations
@@ -19,43 +20,97 @@ from pathlib import Path
 
 import torch
 
+from tq_core import get_preset
+from tq_core.cli.argtypes import choice_list, int_list, positive_int, preset_list
+
 from .. import bench, tuning
-from ..device import default_device, device_key
+from ..device import device_key
 from ..store import store
 from ..tuning import AttentionConfig, StoreConfig
+from . import gpu_device
 from ._progress import progress
 
 # bucket -> the shape its entry is measured on
 BUCKET_SHAPES = {"q1": "decode-32k", "q8": "verify-32k"}
 
+MODES = {"prefetch": 1, "pipeline": 0}
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x]
+
+def modes_list(text: str) -> list[tuple[int, int]]:
+    """'prefetch:1,pipeline:3' -> [(prefetch, stages), ...] = [(1, 1), (0, 3)]."""
+    out = []
+    for item in text.split(","):
+        kind, _, stages = item.strip().partition(":")
+        if kind not in MODES or not (stages or "1").isdigit() or int(stages or 1) < 1:
+            raise argparse.ArgumentTypeError(
+                f"{item!r}: expected prefetch:STAGES or pipeline:STAGES with STAGES a positive integer"
+            )
+        out.append((MODES[kind], int(stages or 1)))
+    return out
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("sweep", help="tune tq_triton's launch parameters on this GPU", description=__doc__)
-    p.add_argument("--presets", default="all", help="comma list or 'all'")
-    p.add_argument("--buckets", default="q1,q8", help=f"query buckets to sweep ({', '.join(BUCKET_SHAPES)})")
-    p.add_argument("--block-kv", default="32,64")
-    p.add_argument("--warps", default="1,2,4")
-    p.add_argument("--modes", default="prefetch:1,pipeline:3", help="prefetch:STAGES or pipeline:STAGES")
-    p.add_argument("--splits", default="0,32", help="0 = from the grid size (--waves programs per SM)")
+    p = subparsers.add_parser(
+        "sweep",
+        help="tune tq_triton's launch parameters on this GPU",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--presets", type=preset_list, default="all", help="comma list of presets, or 'all' (default)")
     p.add_argument(
-        "--max-registers", default="0", help="register caps per thread to try (cuda maxnreg); 0 = compiler's choice"
+        "--buckets",
+        type=choice_list(BUCKET_SHAPES, "bucket"),
+        default="q1,q8",
+        help="comma list of query buckets to sweep: "
+        + ", ".join(f"{b} (on {s})" for b, s in BUCKET_SHAPES.items())
+        + " (default q1,q8)",
+    )
+    p.add_argument(
+        "--block-kv", type=int_list(1), default="32,64", help="comma list of key/value tile sizes (default 32,64)"
+    )
+    p.add_argument("--warps", type=int_list(1), default="1,2,4", help="comma list of warps per program (default 1,2,4)")
+    p.add_argument(
+        "--modes",
+        type=modes_list,
+        default="prefetch:1,pipeline:3",
+        help="comma list of prefetch:STAGES or pipeline:STAGES (default prefetch:1,pipeline:3)",
+    )
+    p.add_argument(
+        "--splits",
+        type=int_list(0),
+        default="0,32",
+        help="comma list of split counts; 0 = from the grid size (--waves programs per SM) (default 0,32)",
+    )
+    p.add_argument(
+        "--max-registers",
+        type=int_list(0),
+        default="0",
+        help="comma list of register caps per thread to try (cuda maxnreg); 0 = compiler's choice (default 0)",
     )
     p.add_argument(
         "--waves",
+        type=int_list(1),
         default="4,16,64",
-        help="programs per multiprocessor to aim for where splits is 0 (one-warp programs want many)",
+        help="comma list of programs per multiprocessor to aim for where splits is 0 (one-warp programs want "
+        "many) (default 4,16,64)",
     )
     p.add_argument(
         "--value-acc",
+        type=int_list(0, choices=(0, 1)),
         default="0,1",
-        help="1: the value product accumulates into the output inside the matrix unit; 0: a separate pass",
+        help="comma list of 0/1; 1: the value product accumulates into the output inside the matrix unit; "
+        "0: a separate pass (default 0,1)",
     )
-    p.add_argument("--seq-len", type=int, default=None, help="override the shapes' sequence length")
-    p.add_argument("--out", type=Path, default=None, help="table path (default: $TQ_TUNING_DIR/<device>.json)")
+    p.add_argument(
+        "--seq-len", type=positive_int, default=None, help="override the shapes' sequence length (default 32768)"
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="table path (default: $TQ_TUNING_DIR/<device>.json, $TQ_TUNING_DIR defaulting to ~/.cache/tq/tuning)",
+    )
     p.add_argument("--no-store", action="store_true", help="skip the store sweep")
     p.set_defaults(func=run)
 
@@ -73,7 +128,7 @@ def attention_grid(
     waves: list[int],
     value_acc: list[int] | None = None,
 ) -> list[AttentionConfig]:
-    """Every combination to time; ``modes`` are (prefetch, stages). Waves only vary where the
+    """Every combination to time; `modes` are (prefetch, stages). Waves only vary where the
     split count is chosen from the grid (splits 0); fixed split counts are timed once."""
     return [
         AttentionConfig(
@@ -93,7 +148,7 @@ def attention_grid(
 
 
 def table_entry(cfg: AttentionConfig, ms: float) -> dict[str, int | float]:
-    """The table entry for a measured configuration (``waves`` only where it chose the splits)."""
+    """The table entry for a measured configuration (`waves` only where it chose the splits)."""
     keys = ["block_kv", "num_warps", "num_stages", "kv_splits", "prefetch", "max_registers", "value_acc"]
     if cfg.kv_splits == 0:
         keys.append("waves")
@@ -103,29 +158,12 @@ def table_entry(cfg: AttentionConfig, ms: float) -> dict[str, int | float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tq_core import PRESETS
-
-    dev = default_device()
-    name = device_key(dev)
-    presets = list(PRESETS) if args.presets == "all" else args.presets.split(",")
-    buckets = args.buckets.split(",")
-    for b in buckets:
-        if b not in BUCKET_SHAPES:
-            print(f"tq sweep: unknown bucket {b!r}; expected one of {sorted(BUCKET_SHAPES)}", file=sys.stderr)
-            return 2
-    modes = []
-    for m in args.modes.split(","):
-        kind, _, stages = m.partition(":")
-        modes.append((1 if kind == "prefetch" else 0, int(stages or 1)))
+    presets, buckets = args.presets, args.buckets
     grid = attention_grid(
-        _ints(args.block_kv),
-        _ints(args.warps),
-        modes,
-        _ints(args.splits),
-        _ints(args.max_registers),
-        _ints(args.waves),
-        _ints(args.value_acc),
+        args.block_kv, args.warps, args.modes, args.splits, args.max_registers, args.waves, args.value_acc
     )
+    dev = gpu_device()
+    name = device_key(dev)
     table: dict = {
         "device": name,
         "match": [name],
@@ -182,8 +220,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _sweep_store(table: dict, presets: list[str], dev: torch.device) -> None:
-    from tq_core import get_preset
-
     n, h, d = 1 << 18, 8, 128
     gen = torch.Generator(device=dev).manual_seed(0)
     k, v = bench.llm_like_kv(n, h, d, gen, dev)

@@ -1,0 +1,106 @@
+"""tq sweep / bench / profile without a GPU: argument errors first, then one line, exit 2.
+
+torch.cuda and torch.xpu are patched to be unavailable, so GPU machines test the same path.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tq_core.cli import build_parser, main, subcommand_parsers
+from tq_triton.cli import NO_GPU
+
+GPU_COMMANDS = ("bench", "profile", "sweep")
+MARKUP = re.compile(r"``|:[a-z]+:`")
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    if getattr(torch, "xpu", None) is not None:
+        monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
+
+
+@pytest.mark.parametrize("cmd", GPU_COMMANDS)
+def test_cli_help(cmd, capsys):
+    parser = subcommand_parsers(build_parser())[cmd]
+    for action in parser._actions:
+        assert action.help and not MARKUP.search(action.help), action.option_strings
+    with pytest.raises(SystemExit) as exc:
+        main([cmd, "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: tq {cmd}") and "GPU" in out
+    assert not MARKUP.search(out), MARKUP.search(out)
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["bench", "--presets", "turboquant_k3v4_nc,turboquant_nope"], "unknown preset 'turboquant_nope'"),
+        (["sweep", "--presets", "turboquant_nope"], "unknown preset 'turboquant_nope'"),
+        (["profile", "--preset", "turboquant_nope"], "unknown preset 'turboquant_nope'"),
+        (["bench", "--shapes", "decode-32k,decode-1m"], "unknown shape 'decode-1m'"),
+        (["bench", "--batch", "0"], "argument --batch"),
+        (["bench", "--seq-lens", "1024,x"], "argument --seq-lens"),
+        (["bench", "--head-dim", "96"], "argument --head-dim"),
+        (["bench", "--shapes", "custom", "--q-heads", "6", "--kv-heads", "4"], "multiple of --kv-heads"),
+        (["bench", "--block-size", "1"], "block_size=1"),
+        (["sweep", "--buckets", "q1,q3"], "unknown bucket 'q3'"),
+        (["sweep", "--modes", "prefetch:1,eager:2"], "argument --modes"),
+        (["sweep", "--value-acc", "0,2"], "argument --value-acc"),
+        (["sweep", "--warps", "0"], "argument --warps"),
+        (["sweep", "--seq-len", "-5"], "argument --seq-len"),
+        (["profile", "--shape", "decode-1m"], "argument --shape"),
+        (["profile", "--iters", "0"], "argument --iters"),
+    ],
+)
+def test_cli_argument_errors_come_before_the_device(argv, message, no_gpu, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    cap = capsys.readouterr()
+    assert cap.err.startswith(f"usage: tq {argv[0]} "), cap.err
+    assert f"tq {argv[0]}: error: " in cap.err and message in cap.err
+    assert "GPU" not in cap.err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench"],
+        ["bench", "--shapes", "custom", "--q-lens", "1,4", "--presets", "all", "--seq-lens", "512,1024"],
+        ["sweep"],
+        ["sweep", "--presets", "turboquant_k8v4", "--modes", "pipeline:2", "--no-store"],
+        ["profile"],
+        ["profile", "--shape", "ragged", "--preset", "turboquant_3bit_nc", "--iters", "3"],
+    ],
+)
+def test_cli_without_gpu_is_one_line_exit_2(argv, no_gpu, capsys, tmp_path):
+    assert main(argv) == 2
+    cap = capsys.readouterr()
+    assert cap.out == ""
+    assert cap.err.splitlines() == [f"tq {argv[0]}: {NO_GPU}"]
+    assert "cuda or xpu GPU" in NO_GPU
+
+
+def test_cli_without_gpu_process_has_no_traceback():
+    """The real exit path (sys.exit(main())) in a fresh interpreter."""
+    code = (
+        "import sys, torch\n"
+        "torch.cuda.is_available = lambda: False\n"
+        "if getattr(torch, 'xpu', None) is not None: torch.xpu.is_available = lambda: False\n"
+        "from tq_core.cli import main\n"
+        "sys.exit(main(['bench', '--presets', 'turboquant_k8v4']))\n"
+    )
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 2
+    assert r.stdout == ""
+    assert r.stderr.splitlines() == [f"tq bench: {NO_GPU}"]
