@@ -11,7 +11,8 @@ import tq_core
 
 
 def formula_slot_size(d: int, key_bits: int, value_bits: int, has_norm: bool) -> int:
-    """REFERENCE.md: key d (fp8) or ceil(d*bits/8) + 2; value ceil(d*vbits/8) + 4; round up to even."""
+    """vLLM's rule (docs/references.md#presets-and-bytes-per-token): key d (fp8) or ceil(d*bits/8) + 2;
+    value ceil(d*vbits/8) + 4; round up to even."""
     key = d if key_bits == 8 else math.ceil(d * key_bits / 8) + 2
     value = math.ceil(d * value_bits / 8) + 2 + 2
     s = key + value
@@ -117,7 +118,7 @@ def test_block_layout_fields_aligned_disjoint_and_fit(name, d, heads):
             ("zero", bl.zero_offset, 2 * bs),
         ]
         end = 0
-        for field, off, size in fields:  # in DESIGN.md's order, each after the previous one
+        for field, off, size in fields:  # in docs/format.md's order, each after the previous one
             assert off % 16 == 0, (bs, field, off)
             assert off >= end, (bs, field, off, end)
             end = off + size

@@ -17,7 +17,8 @@ PRESET_NAMES = ("turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "
 LM_PRESETS = PRESET_NAMES[1:]
 HEAD_DIMS = (64, 128, 256, 512)
 
-# (key bits, value bits, key has an fp16 norm): REFERENCE.md's table, spelled out again
+# (key bits, value bits, key has an fp16 norm): vLLM's presets, spelled out again from
+# docs/references.md#presets-and-bytes-per-token
 PRESET_BITS = {
     "turboquant_k8v4": (8, 4, False),
     "turboquant_4bit_nc": (4, 4, True),

@@ -90,7 +90,7 @@ def test_nightly_kernels_match_tq_core(gen, kernel, preset):
 
 @pytest.mark.parametrize("preset", ["turboquant_k8v4", "turboquant_k3v4_nc"])
 def test_benchmark_poc_shape(gen, preset):
-    """The seeds' PoC shape: N_spec=8, B=4, Hq=32, Hk=4, D=128, seq_len=8192, causal."""
+    """The turboquant-xpu project's PoC shape: N_spec=8, B=4, Hq=32, Hk=4, D=128, seq_len=8192, causal."""
     kernels = stock_kernels()
     dev = torch.device("xpu")
     b, q_len, seq = 4, 8, 8192

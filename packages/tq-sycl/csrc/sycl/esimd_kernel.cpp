@@ -12,7 +12,7 @@
 //  - runs the softmax on the 8 x 16 score block with vector max/exp2/sum per row;
 //  - accumulates P V with a second DPAS into 8 x 128 float accumulators kept in
 //    registers across all tiles of the split.
-// What the seeds' ESIMD attempt (~190 ms) lacked: split-KV, DPAS for both products,
+// What the turboquant-xpu project's ESIMD kernel (~190 ms) lacked: split-KV, DPAS for both products,
 // a vectorised softmax and in-register dequantisation (it staged through lane-0 fills).
 #include <sycl/ext/intel/esimd.hpp>
 #include <sycl/sycl.hpp>

@@ -13,7 +13,7 @@
 //    per-row access to fragments), P is taken relative to a reference max that only
 //    moves when a row's max grows by more than 2^8; only then are the fragments
 //    round-tripped through SLM and rescaled. P = exp2(s - m_ref) <= 256 fits fp16.
-// What the seeds' joint_matrix attempt (96.9 ms) did instead: fragments round-tripped
+// What the turboquant-xpu project's joint_matrix kernel (96.9 ms) did instead: fragments round-tripped
 // through private arrays every tile, scalar softmax, lane-0 SLM fills, no tile sharing.
 #include <sycl/ext/oneapi/matrix/matrix.hpp>
 #include <sycl/sycl.hpp>

@@ -1,6 +1,6 @@
 // `scalar`: the zero-copy split-KV baseline with sub-group cooperation over head_dim.
 //
-// What it does differently from the seeds' scalar SYCL attempt (~219 ms at the PoC shape):
+// What it does differently from the turboquant-xpu project's scalar SYCL kernel (~219 ms at the PoC shape):
 //  - split-KV: one work-group per (row tile, kv head, split), merged by merge_splits;
 //  - GQA x verify sharing: a K/V tile is dequantised once into SLM and read by all 16
 //    rows of the tile (q heads of the group x verify tokens);

@@ -1,4 +1,7 @@
-"""Split-KV counts: a per-device table with an environment override (DESIGN.md principle 4).
+"""Split-KV counts: a per-device table with an environment override.
+
+See docs/design.md#kernel-principles (principle 4: launch parameters come from tuning
+tables, not from the launcher).
 
 The numbers are starting points, not measurements: nothing here has run on Intel
 hardware yet (docs/sycl.md). ``TQ_SYCL_NUM_SPLITS`` overrides the table for every call.

@@ -165,7 +165,8 @@ def run_tq(
 
 
 def looped_per_token(case: Case) -> Callable[[], None]:
-    """Seeds' baseline 1: one q_len=1 call per verify token position (uniform q_len only)."""
+    """Per-token baseline 1 (as the turboquant-xpu project measured verify): one q_len=1 call per
+    verify token position (uniform q_len only)."""
     sh = case.shape
     q_len = sh.q_len
     b = sh.batch
@@ -193,7 +194,7 @@ def looped_per_token(case: Case) -> Callable[[], None]:
 
 
 def batched_per_token(case: Case) -> Callable[[], None]:
-    """Seeds' baseline 2: one call, each verify token its own q_len=1 request with its own length."""
+    """Per-token baseline 2: one call, each verify token its own q_len=1 request with its own length."""
     qls = case.shape.request_q_lens()
     dev = case.query.device
     rows, lens = [], []

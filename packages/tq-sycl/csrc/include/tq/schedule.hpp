@@ -8,7 +8,7 @@
 // q_len on the host. A program binary-searches its request; surplus tiles exit.
 //
 // Every value read from metadata is clamped, so bad metadata can produce wrong numbers
-// but never an out-of-bounds access (DESIGN.md: kernels never read or write OOB).
+// but never an out-of-bounds access (docs/design.md#one-api-several-implementations).
 #pragma once
 
 #include <cstdint>
