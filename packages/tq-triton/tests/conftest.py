@@ -1,7 +1,14 @@
-"""Test setup: real GPU when TQ_TEST_DEVICE names one, else Triton's interpreter on CPU.
+"""Test setup: the device that can run the kernels, chosen before triton is imported.
 
-The interpreter must be switched on before triton is imported, so this runs first.
-Sizes scale with the device: small under the interpreter (CI), real on a GPU.
+- ``TQ_TEST_DEVICE`` (cpu, cuda, xpu) when set;
+- else cpu when ``TRITON_INTERPRET=1`` is already set;
+- else cuda or xpu when torch sees one;
+- else cpu through Triton's interpreter.
+
+The interpreter must be switched on before triton is imported (``triton.jit`` reads it when
+the kernels are defined), so this runs first. Sizes scale with the device: small under the
+interpreter (CI), real on a GPU. The choice is written back to ``TQ_TEST_DEVICE`` for the
+helpers and printed in pytest's header.
 """
 
 from __future__ import annotations
@@ -9,12 +16,31 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 
-DEVICE = os.environ.get("TQ_TEST_DEVICE", "cpu")
+
+def _pick_device() -> str:
+    named = os.environ.get("TQ_TEST_DEVICE")
+    if named:
+        return named
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return "cpu"
+    if torch.cuda.is_available():
+        return "cuda"
+    if hasattr(torch, "xpu") and torch.xpu.is_available():
+        return "xpu"
+    return "cpu"
+
+
+DEVICE = _pick_device()
+os.environ["TQ_TEST_DEVICE"] = DEVICE
 if DEVICE == "cpu":
     os.environ["TRITON_INTERPRET"] = "1"
 
-import torch  # noqa: E402
+
+def pytest_report_header() -> str:
+    how = "Triton interpreter" if DEVICE == "cpu" else "compiled kernels"
+    return f"tq-triton tests on {DEVICE} ({how}); set TQ_TEST_DEVICE=cpu|cuda|xpu to choose"
 
 
 @pytest.fixture
