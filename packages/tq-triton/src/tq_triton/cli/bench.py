@@ -1,10 +1,10 @@
 """tq bench: tq_triton.attention side by side with its peers on the present GPU.
 
-Per case: tq_triton.attention; the two baselines the seeds compared against, built from
-our own q_len=1 path (one call per verify token; one batched call where every verify
-token is its own request); bf16 attention on the same shape through torch SDPA's fastest
-backend; and the store's throughput. Times are medians of many runs after warm-up
-(device events); bandwidth is the compressed bytes one call must read over its time,
+Per case: tq_triton.attention; the two per-token baselines the turboquant-xpu project
+used, built from our own q_len=1 path (one call per verify token; one batched call where
+every verify token is its own request); bf16 attention on the same shape through torch
+SDPA's fastest backend; and the store's throughput. Times are medians of many runs after
+warm-up (device events); bandwidth is the compressed bytes one call must read over its time,
 also as a share of the copy bandwidth measured in the same run. Needs a cuda or xpu GPU.
 """
 
