@@ -311,3 +311,23 @@ def test_synthetic_query_logit_spread():
 def test_synthetic_device_and_dtype():
     k, v = synthetic_kv(3, 1, 64, device="cpu", dtype=torch.bfloat16)
     assert k.dtype == v.dtype == torch.bfloat16
+
+
+def test_plugin_that_cannot_load_fails_with_one_line(monkeypatch, capsys):
+    """An installed plugin whose import fails here (tq-triton without Triton) keeps its
+    command name: any arguments, one line on stderr naming the reason, exit status 2."""
+    import tq_core.cli as cli
+
+    class BrokenEntryPoint:
+        name, value = "bench", "tq_fake.cli:register"
+
+        def load(self):
+            raise ModuleNotFoundError("tq_fake needs Triton")
+
+    monkeypatch.setattr(cli, "entry_points", lambda group: [BrokenEntryPoint()])
+    assert cli.main(["bench", "--presets", "x", "--shapes", "poc"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["tq bench: unavailable here: ModuleNotFoundError: tq_fake needs Triton"]
+    with pytest.raises(SystemExit) as exc:  # commands that did load still refuse unknown options
+        cli.main(["capacity", "--bogus"])
+    assert exc.value.code == 2

@@ -6,6 +6,16 @@ Importing this package also registers ``torch.ops.tq.store``, ``torch.ops.tq.att
 and ``torch.ops.tq.attention_out``.
 """
 
+try:
+    import triton  # noqa: F401
+except ModuleNotFoundError as exc:
+    raise ModuleNotFoundError(
+        "tq_triton needs Triton, which comes with torch's CUDA and XPU builds (CPU builds have none): "
+        "install the platform's torch build, or `pip install triton` to run the kernels on the CPU "
+        "under TRITON_INTERPRET=1",
+        name="triton",
+    ) from exc
+
 from . import torch_ops  # noqa: F401  (registers the torch operators)
 from .__about__ import __version__
 from .attention import attention

@@ -18,7 +18,7 @@ import sys
 from importlib.metadata import entry_points
 
 from ..__about__ import __version__
-from ..errors import TQError
+from ..errors import BackendUnavailableError, TQError
 
 
 class UsageError(TQError, ValueError):
@@ -45,11 +45,26 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             ep.load()(sub)
         except Exception as exc:  # a broken plugin must not take the other commands down
-            broken.append(f"{ep.name} ({ep.value}): {type(exc).__name__}: {exc}")
+            reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+            broken.append(f"{ep.name} ({ep.value}): {reason}")
+            _register_unavailable(sub, ep.name, reason)
     if broken:
         parser.epilog = "unavailable commands:\n  " + "\n  ".join(broken)
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
+
+
+def _register_unavailable(sub: argparse._SubParsersAction, name: str, reason: str) -> None:
+    """A command whose plugin is installed but cannot load here (tq-triton without Triton):
+    it takes any arguments and fails with one line naming the reason, exit status 2."""
+    if name in sub.choices:
+        return
+    cmd = sub.add_parser(name, help=f"unavailable here: {reason}", description=f"unavailable here: {reason}")
+
+    def fail(args: argparse.Namespace) -> int:
+        raise BackendUnavailableError(f"unavailable here: {reason}")
+
+    cmd.set_defaults(func=fail, any_arguments=True)
 
 
 def subcommand_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -62,7 +77,9 @@ def subcommand_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.Ar
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "any_arguments", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:  # argparse.ArgumentParser.error prints the usage and the message, exits 2
