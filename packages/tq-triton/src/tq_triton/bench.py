@@ -215,34 +215,67 @@ def batched_per_token(case: Case) -> Callable[[], None]:
     return fn
 
 
-def sdpa_bf16(case: Case) -> tuple[Callable[[], None], str]:
-    """bf16 attention on the same shape with torch SDPA's fastest backend that accepts it."""
+def bf16_candidates(case: Case) -> list[tuple[str, Callable[[], None]]]:
+    """Every bf16 attention that computes the case's outputs, as (label, call).
+
+    - each torch SDPA backend (cuDNN, flash, memory-efficient, math) on ``[B, Hq, q_len, D]``
+      queries with GQA, causal (bottom-right) for q_len > 1: as ``causal_lower_right`` where
+      the backend takes it, else as an explicit boolean mask;
+    - for q_len > 1, "packed rows": each kv head's G x q_len query rows as one query block
+      over its K/V, without a mask. The causal mask changes q_len - 1 of seq_len keys per
+      row, so this is a lower bound on any bf16 verify kernel's time (FlashAttention and
+      FlashInfer run verify this way); its label says so.
+    """
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.attention.bias import causal_lower_right
 
     sh = case.shape
     if sh.q_lens or sh.seq_lens:
         raise ValueError("the bf16 baseline needs a uniform shape")
-    q = case.query.view(sh.batch, sh.q_len, sh.q_heads, sh.head_dim).transpose(1, 2)
+    b, ql, hq, hk, d = sh.batch, sh.q_len, sh.q_heads, sh.kv_heads, sh.head_dim
+    q = case.query.view(b, ql, hq, d).transpose(1, 2)
     k, v = case.dense_k, case.dense_v
-    mask = None if sh.q_len == 1 else causal_lower_right(sh.q_len, sh.seq_len)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    masks: list[tuple[str, object]] = [("", None)]
+    if ql > 1:
+        dense_mask = torch.ones(ql, sh.seq_len, dtype=torch.bool, device=q.device).tril(sh.seq_len - ql)
+        masks = [("", causal_lower_right(ql, sh.seq_len)), ("+mask", dense_mask)]
+    out: list[tuple[str, Callable[[], None]]] = []
+    backends = (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
+    for backend in backends:
+        for suffix, mask in masks:
+
+            def fn(backend=backend, mask=mask) -> None:
+                with sdpa_kernel(backend):
+                    sdpa(q, k, v, attn_mask=mask, scale=case.scale, enable_gqa=True)
+
+            out.append((f"sdpa-{backend.name.lower()}{suffix}", fn))
+    if ql > 1:
+        g = hq // hk
+        packed = case.query.view(b, ql, hk, g, d).permute(0, 2, 3, 1, 4).reshape(b, hk, g * ql, d).contiguous()
+        for backend in backends[:3]:
+
+            def fn(backend=backend) -> None:
+                with sdpa_kernel(backend):
+                    sdpa(packed, k, v, scale=case.scale)
+
+            out.append((f"packed-rows-{backend.name.lower()} (lower bound)", fn))
+    return out
+
+
+def sdpa_bf16(case: Case) -> tuple[Callable[[], None], str]:
+    """The fastest of :func:`bf16_candidates` on this device, as (call, label); candidates a
+    backend refuses (shape, GQA, mask) are skipped."""
     best: tuple[float, Callable[[], None], str] | None = None
-    for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
-
-        def fn(backend=backend) -> None:
-            with sdpa_kernel(backend):
-                torch.nn.functional.scaled_dot_product_attention(
-                    q, k, v, attn_mask=mask, scale=case.scale, enable_gqa=True
-                )
-
+    for label, fn in bf16_candidates(case):
         try:
             fn()
-            torch.cuda.synchronize() if q.is_cuda else None
-        except Exception:  # backend refuses this shape or GQA
+            torch.cuda.synchronize() if case.query.is_cuda else None
+        except Exception:  # this backend refuses the shape, GQA or the mask
             continue
         t = time_ms(fn, warmup=5, rep=20)
         if best is None or t < best[0]:
-            best = (t, fn, backend.name.lower())
+            best = (t, fn, label)
     if best is None:
         raise RuntimeError("no SDPA backend accepted the bf16 baseline")
     return best[1], best[2]

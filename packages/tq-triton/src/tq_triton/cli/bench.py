@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
             fn, backend = bench.sdpa_bf16(case)
             t = bench.time_ms(fn)
             bf16_ms[shape.name] = t
-            rows.append(_row(shape, "bf16", f"sdpa-{backend}", t, case.bf16_bytes_read, bw))
+            rows.append(_row(shape, "bf16", backend, t, case.bf16_bytes_read, bw))
             case.dense_k = case.dense_v = None
         t = bench.time_ms(lambda case=case: bench.run_tq(case))
         rows.append(_row(shape, preset, "tq_triton", t, case.cache_bytes_read, bw))
