@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import site
 import subprocess
@@ -39,6 +40,7 @@ def uses_uv(session: nox.Session) -> bool:
     return getattr(session.virtualenv, "venv_backend", "") == "uv"
 
 
+@functools.cache
 def pip_find_links() -> str | None:
     """The local wheel folders pip is configured with (PIP_FIND_LINKS or pip.conf's find-links).
 
