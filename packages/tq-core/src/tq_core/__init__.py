@@ -1,7 +1,9 @@
 """tq-core: the TurboQuant KV-cache codec and readable torch reference ops.
 
 The same API exists in every tq package (``tq_triton``, ``tq_sycl``); this one is the
-reference and the CPU implementation.
+reference and the CPU implementation. :mod:`tq_core.contract` is what backends build on
+(argument checks, kernel fields, the backend registry); :mod:`tq_core.testing` is the
+test and benchmark kit every package shares.
 """
 
 from .__about__ import __version__
@@ -17,11 +19,12 @@ from .errors import (
     RangeError,
     ShapeError,
     TQError,
+    TuningError,
 )
 from .hadamard import fwht, hadamard_matrix, ifwht, random_signs
 from .kv import decode_kv, encode_kv
-from .layout import BlockLayout, SlotLayout
-from .paged import block_fields, from_vllm_cache, store, to_vllm_cache
+from .layout import BlockLayout, KernelFields, SlotLayout
+from .paged import block_fields, from_vllm_cache, gather_kv, store, to_vllm_cache
 from .presets import PRESETS, SUPPORTED_HEAD_DIMS, Preset, get_preset
 
 __all__ = [
@@ -32,6 +35,7 @@ __all__ = [
     "Codebook",
     "DeviceError",
     "DtypeError",
+    "KernelFields",
     "LayoutError",
     "Preset",
     "PresetError",
@@ -39,6 +43,7 @@ __all__ = [
     "ShapeError",
     "SlotLayout",
     "TQError",
+    "TuningError",
     "__version__",
     "attention",
     "block_fields",
@@ -49,6 +54,7 @@ __all__ = [
     "encode_kv",
     "from_vllm_cache",
     "fwht",
+    "gather_kv",
     "get_codebook",
     "get_preset",
     "hadamard_matrix",

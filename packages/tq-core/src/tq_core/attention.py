@@ -10,8 +10,7 @@ from __future__ import annotations
 import torch
 
 from .checks import check_attention_args
-from .codec import decode_fields
-from .paged import block_fields, read_fields
+from .paged import gather_kv
 from .presets import Preset
 
 
@@ -36,8 +35,6 @@ def attention(
     args = check_attention_args(query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out)
     if out is None:
         out = torch.empty_like(query)
-    views = block_fields(kv_cache, args.layout)
-    bs = args.layout.block_size
     group = args.num_q_heads // args.num_kv_heads
     sl, qsl = seq_lens.tolist(), query_start_loc.tolist()
     for r in range(args.num_reqs):
@@ -46,8 +43,7 @@ def attention(
         if q_len == 0:
             continue
         pos = torch.arange(seq_len, device=query.device)
-        blocks = block_table[r].long()[pos // bs]
-        k, v = decode_fields(read_fields(views, blocks, pos % bs), args.preset, args.head_dim)
+        k, v = gather_kv(kv_cache, block_table[r], seq_len, args.preset, args.head_dim)
         # [L, Hk, d] -> [Hq, L, d]: q head j reads kv head j // group
         k = k.repeat_interleave(group, dim=1).transpose(0, 1)
         v = v.repeat_interleave(group, dim=1).transpose(0, 1)

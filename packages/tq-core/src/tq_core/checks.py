@@ -9,14 +9,14 @@ synchronises with the host.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 
+from .env import env_flag
 from .errors import DeviceError, DtypeError, LayoutError, RangeError, ShapeError
-from .layout import BlockLayout
+from .layout import BlockLayout, KernelFields
 from .presets import SUPPORTED_HEAD_DIMS, Preset, get_preset
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -24,7 +24,8 @@ INDEX_DTYPES = (torch.int32, torch.int64)
 
 
 def debug_enabled() -> bool:
-    return os.environ.get("TQ_DEBUG", "0") not in ("", "0", "false", "False")
+    """``TQ_DEBUG``: fast implementations run the metadata value checks too (they synchronise)."""
+    return env_flag("TQ_DEBUG")
 
 
 def check_tensor(
@@ -126,8 +127,11 @@ def check_encode_args(key: object, value: object, preset: str | Preset) -> Prese
 
 @dataclass(frozen=True)
 class StoreArgs:
+    """What :func:`check_store_args` found: the preset, the cache's layout and its field offsets."""
+
     preset: Preset
     layout: BlockLayout
+    fields: KernelFields
     num_slots: int
 
 
@@ -150,13 +154,16 @@ def check_store_args(
         valid = sm[sm >= 0]
         if valid.numel() != torch.unique(valid).numel():
             raise RangeError("slot_mapping: the same slot appears twice in one call")
-    return StoreArgs(p, lay, num_slots)
+    return StoreArgs(p, lay, p.kernel_fields(lay), num_slots)
 
 
 @dataclass(frozen=True)
 class AttentionArgs:
+    """What :func:`check_attention_args` found: preset, layout, field offsets and sizes."""
+
     preset: Preset
     layout: BlockLayout
+    fields: KernelFields
     num_reqs: int
     head_dim: int
     num_q_heads: int
@@ -201,7 +208,7 @@ def check_attention_args(
             raise ShapeError(f"out: shape {tuple(o.shape)}, expected the query's {tuple(q.shape)}")
     if check_values and r:
         _check_attention_values(nq, kv, bt, sl, qsl, r, max_q_len)
-    return AttentionArgs(p, lay, r, d, hq, hk)
+    return AttentionArgs(p, lay, p.kernel_fields(lay), r, d, hq, hk)
 
 
 def _check_attention_values(

@@ -40,6 +40,10 @@ class BackendUnavailableError(TQError, RuntimeError):
     """An implementation (Triton, SYCL, vLLM) is not usable in this environment."""
 
 
+class TuningError(TQError, ValueError):
+    """A tuning table or a kernel configuration that cannot be used (tq-triton, tq-sycl)."""
+
+
 __all__ = [
     "BackendUnavailableError",
     "DeviceError",
@@ -49,4 +53,5 @@ __all__ = [
     "RangeError",
     "ShapeError",
     "TQError",
+    "TuningError",
 ]

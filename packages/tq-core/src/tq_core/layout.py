@@ -79,6 +79,88 @@ class BlockLayout:
         return self.head_stride * self.num_kv_heads
 
 
+@dataclass(frozen=True)
+class KernelFields:
+    """Every number a kernel needs to address tq's cache block, computed once here.
+
+    The addressing rule, the same for every field and every backend: entry ``t`` of
+    ``field`` for kv head ``h`` of block ``b`` starts at byte
+
+        ``b * block_stride + h * head_stride + <field>_offset + t * <field>_width``
+
+    (``block_stride`` is the cache tensor's ``stride(0)``). Widths are bytes per token:
+    ``key_width`` / ``value_width`` for the codes, 2 for the fp16 norm, scale and zero.
+    tq-triton passes these as constexprs (:meth:`constexprs`), tq-sycl copies them into its
+    C++ parameter struct; neither derives offsets itself.
+    """
+
+    head_dim: int
+    log2_head_dim: int
+    block_size: int
+    num_kv_heads: int
+    head_stride: int
+    block_bytes: int
+    key_fp8: bool
+    key_bits: int
+    value_bits: int
+    norm_correction: bool
+    key_offset: int
+    key_width: int
+    norm_offset: int  # -1: no norm (fp8 keys)
+    value_offset: int
+    value_width: int
+    scale_offset: int
+    zero_offset: int
+
+    @property
+    def has_norm(self) -> bool:
+        return self.norm_offset >= 0
+
+    def constexprs(self) -> dict[str, int | bool]:
+        """The block description as the Triton kernels' constexpr keyword arguments."""
+        return {
+            "D": self.head_dim,
+            "LOG2_D": self.log2_head_dim,
+            "BLOCK_SIZE": self.block_size,
+            "HEAD_STRIDE": self.head_stride,
+            "KEY_OFF": self.key_offset,
+            "KEY_BYTES": self.key_width,
+            "NORM_OFF": max(self.norm_offset, 0),
+            "VAL_OFF": self.value_offset,
+            "VAL_BYTES": self.value_width,
+            "SCALE_OFF": self.scale_offset,
+            "ZERO_OFF": self.zero_offset,
+            "KEY_FP8": self.key_fp8,
+            "KBITS": self.key_bits,
+            "VBITS": self.value_bits,
+        }
+
+
+def kernel_fields(
+    lay: BlockLayout, key_fp8: bool, key_bits: int, value_bits: int, norm_correction: bool
+) -> KernelFields:
+    """The :class:`KernelFields` of ``lay`` for a preset with these key/value formats."""
+    return KernelFields(
+        head_dim=lay.head_dim,
+        log2_head_dim=lay.head_dim.bit_length() - 1,
+        block_size=lay.block_size,
+        num_kv_heads=lay.num_kv_heads,
+        head_stride=lay.head_stride,
+        block_bytes=lay.block_bytes,
+        key_fp8=key_fp8,
+        key_bits=key_bits,
+        value_bits=value_bits,
+        norm_correction=norm_correction,
+        key_offset=lay.key_offset,
+        key_width=lay.key_code_bytes,
+        norm_offset=-1 if lay.norm_offset is None else lay.norm_offset,
+        value_offset=lay.value_offset,
+        value_width=lay.value_code_bytes,
+        scale_offset=lay.scale_offset,
+        zero_offset=lay.zero_offset,
+    )
+
+
 def slot_layout(head_dim: int, key_bits: int, value_bits: int, key_has_norm: bool) -> SlotLayout:
     key_code_bytes = (head_dim * key_bits + 7) // 8
     norm_offset = key_code_bytes if key_has_norm else None

@@ -10,8 +10,17 @@ from typing import NamedTuple
 
 import torch
 
-from .checks import check_cache, check_store_args, check_tensor
-from .codec import EncodedKV, _as_fp16_bytes, _from_fp16_bytes, encode_fields, fields_to_slots, slots_to_fields
+from .checks import INDEX_DTYPES, check_cache, check_store_args, check_tensor
+from .codec import (
+    EncodedKV,
+    _as_fp16_bytes,
+    _from_fp16_bytes,
+    decode_fields,
+    encode_fields,
+    fields_to_slots,
+    slots_to_fields,
+)
+from .errors import RangeError
 from .layout import BlockLayout
 from .presets import Preset, get_preset
 
@@ -65,6 +74,30 @@ def read_fields(views: BlockFields, blocks: torch.Tensor, offsets: torch.Tensor)
         value_scale=_from_fp16_bytes(views.scale[blocks, :, offsets]),
         value_zero=_from_fp16_bytes(views.zero[blocks, :, offsets]),
     )
+
+
+def gather_kv(
+    kv_cache: torch.Tensor,
+    block_row: torch.Tensor,
+    length: int,
+    preset: str | Preset,
+    head_dim: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decoded keys and values of one request's first ``length`` cached tokens.
+
+    ``block_row`` is the request's row of the block table (position ``t`` lives in block
+    ``block_row[t // block_size]``). Returns float32 ``(key, value)``, each
+    ``[length, num_kv_heads, head_dim]``: exactly what attention reads from the cache.
+    """
+    p = get_preset(preset)
+    lay = check_cache(kv_cache, p, head_dim)
+    row = check_tensor(block_row, "block_row", ndim=1, dtypes=INDEX_DTYPES, device=kv_cache.device)
+    bs = lay.block_size
+    if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= row.shape[0] * bs:
+        raise RangeError(f"length={length!r}: expected an int in 0..{row.shape[0] * bs} (block_row capacity)")
+    pos = torch.arange(length, device=kv_cache.device)
+    blocks = row.long()[pos // bs]
+    return decode_fields(read_fields(block_fields(kv_cache, lay), blocks, pos % bs), p, lay.head_dim)
 
 
 def store(

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .errors import PresetError, ShapeError
-from .layout import BlockLayout, SlotLayout, block_layout, slot_layout
+from .layout import BlockLayout, KernelFields, SlotLayout, block_layout, kernel_fields, slot_layout
 
 SUPPORTED_HEAD_DIMS: tuple[int, ...] = (64, 128, 256, 512)
 
@@ -56,6 +56,10 @@ class Preset:
             )
         return bl
 
+    def kernel_fields(self, lay: BlockLayout) -> KernelFields:
+        """The offsets and sizes kernels address ``lay`` with (see :class:`KernelFields`)."""
+        return _kernel_fields_cached(lay, self.key_is_fp8, self.key_bits, self.value_bits, self.norm_correction)
+
     def __str__(self) -> str:
         return self.name
 
@@ -63,6 +67,7 @@ class Preset:
 # layouts are pure functions of small integers; launchers ask for them on every call
 _slot_layout_cached = functools.lru_cache(maxsize=256)(slot_layout)
 _block_layout_cached = functools.lru_cache(maxsize=1024)(block_layout)
+_kernel_fields_cached = functools.lru_cache(maxsize=1024)(kernel_fields)
 
 PRESETS: dict[str, Preset] = {
     p.name: p

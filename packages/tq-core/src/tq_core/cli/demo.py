@@ -27,17 +27,17 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
 
 from ..__about__ import __version__
-from ..attention import attention as core_attention
 from ..codebooks import distortion
 from ..codec import FP8_E4M3_MAX
+from ..contract import select_backend
 from ..errors import BackendUnavailableError, TQError
 from ..kv import decode_kv
-from ..paged import store as core_store
 from ..paged import to_vllm_cache
 from ..presets import PRESETS, SUPPORTED_HEAD_DIMS, get_preset
 from ..synthetic import SyntheticKV
@@ -72,16 +72,17 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def pick_implementation(device: torch.device):
-    """(name, store, attention): tq_triton's kernels on cuda/xpu when installed, else tq_core's."""
-    if device.type in ("cuda", "xpu"):
-        try:
-            import tq_triton
+def pick_implementation(device: torch.device) -> tuple[str, Callable[..., None], Callable[..., torch.Tensor]]:
+    """(name, store, attention) of the installed backend tq_core.contract picks for ``device``.
 
-            return "tq_triton (Triton kernels)", tq_triton.store, tq_triton.attention
-        except Exception as exc:  # not installed, or no usable Triton: fall back, and say why
-            return f"tq_core (torch reference; tq_triton unavailable: {type(exc).__name__})", core_store, core_attention
-    return "tq_core (torch reference)", core_store, core_attention
+    When a backend that would rank higher cannot load, the name says why it was passed over.
+    """
+    backend, skipped = select_backend(device)
+    name = backend.description
+    if skipped:
+        name += " (passed over: " + "; ".join(skipped) + ")"
+    assert backend.store is not None  # select_backend's need_store
+    return name, backend.store, backend.attention
 
 
 @dataclass

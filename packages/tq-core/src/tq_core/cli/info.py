@@ -1,15 +1,16 @@
-"""tq info: installed tq packages, torch, devices and toolchains. Never fails."""
+"""tq info: installed tq packages, torch, devices, backends and toolchains. Never fails."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import platform
 import sys
 from collections.abc import Callable
 from importlib import metadata
 
 DISTRIBUTIONS = ("tq-core", "tq-triton", "tq-sycl", "tq-vllm")
+# other packages add sections: an entry point NAME = "module:function", function() -> dict
+INFO_GROUP = "tq.info"
 
 
 def _guard(fn: Callable[[], object]) -> str:
@@ -68,16 +69,30 @@ def collect() -> dict[str, object]:
         info["triton"] = getattr(triton, "__version__", "unknown version")
     except Exception as exc:
         info["triton"] = f"not importable ({type(exc).__name__})"
-    try:
-        toolchain = importlib.import_module("tq_sycl.toolchain")
-        describe = getattr(toolchain, "describe", None)
-        if callable(describe):
-            desc = describe()
-            info["sycl toolchain"] = {str(k): str(v) for k, v in dict(desc).items()}
-    except Exception as exc:
-        if not isinstance(exc, ModuleNotFoundError):
-            info["sycl toolchain"] = f"unavailable ({type(exc).__name__}: {exc})"
+    info["backends"] = _guard_dict(_backends)
+    for ep in metadata.entry_points(group=INFO_GROUP):
+        info[ep.name] = _guard_dict(lambda ep=ep: ep.load()())
     return info
+
+
+def _backends() -> dict[str, str]:
+    from ..contract import backend_names, load_backend
+
+    out = {}
+    for name in backend_names():
+        try:
+            b = load_backend(name)
+            out[name] = f"{b.description}; runs on {', '.join(b.device_types)}"
+        except Exception as exc:
+            out[name] = f"unavailable ({exc})"
+    return out
+
+
+def _guard_dict(fn: Callable[[], object]) -> dict[str, str] | str:
+    try:
+        return {str(k): str(v) for k, v in dict(fn()).items()}  # type: ignore[call-overload]
+    except Exception as exc:  # a plugin's section must not break the report
+        return f"unavailable ({type(exc).__name__}: {exc})"
 
 
 def render(info: dict[str, object]) -> str:
