@@ -4,9 +4,9 @@ Run on a GPU from the repository root (tq-core and tq-triton importable)::
 
     python3 docs/perf/scripts/decode_ablation.py --shape decode-32k
 
-Each variant is a copy of ``tq_triton/attention.py`` with text substitutions, loaded as a
-module of the ``tq_triton`` package from a temporary file (nothing is written into the
-package). ``noK`` replaces the decoded key tile by a constant and ``noV`` the value tile;
+Each variant is a copy of the ``tq_triton/attention/`` package with text substitutions in
+``tile.py``, loaded as a subpackage of ``tq_triton`` from a temporary directory (nothing is
+written into the installed package). ``noK`` replaces the decoded key tile by a constant and ``noV`` the value tile;
 the packed words are still loaded and folded into one integer per token, so the loads are
 not optimised away. The outputs of the variants are wrong by design; only their times
 mean something. Launch configuration: the device's table entry for the shape's bucket.
@@ -15,7 +15,9 @@ mean something. Launch configuration: the device's table entry for the shape's b
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -53,17 +55,20 @@ VARIANTS = {"base": [], "noK": NO_K, "noV": NO_V, "noKV": NO_K + NO_V}
 
 
 def load_variant(tag: str, tmp: Path):
-    import tq_triton
-
-    src = (Path(tq_triton.__file__).parent / "attention.py").read_text()
+    # the package's directory (tq_triton.attention itself is the function it re-exports)
+    src_dir = Path(importlib.import_module("tq_triton.attention.tile").__file__).parent
+    pkg = tmp / f"_ablation_{tag}"
+    shutil.copytree(src_dir, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    tile = pkg / "tile.py"
+    src = tile.read_text()
     for old, new in VARIANTS[tag]:
         if old not in src:
-            raise SystemExit(f"{tag}: the kernel no longer contains {old[:60]!r}; update this script")
+            raise SystemExit(f"{tag}: attention/tile.py does not contain {old[:60]!r}; update this script")
         src = src.replace(old, new)
-    path = tmp / f"_ablation_{tag}.py"
-    path.write_text(src)
+    tile.write_text(src)
+    # a subpackage of tq_triton, so that its relative imports (..bitpack, ..tuning) resolve
     name = f"tq_triton._ablation_{tag}"
-    spec = importlib.util.spec_from_file_location(name, path)
+    spec = importlib.util.spec_from_file_location(name, pkg / "__init__.py", submodule_search_locations=[str(pkg)])
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod  # Triton's JIT looks functions up through their module
     spec.loader.exec_module(mod)

@@ -31,10 +31,11 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 import tq_core
-from tq_triton.constants import layout_constexprs
 
-# the module, not the function that tq_triton re-exports under the same name
-ATTENTION = importlib.import_module("tq_triton.attention")
+# the attention package's kernel module (tq_triton/attention/kernel.py)
+KERNEL = importlib.import_module("tq_triton.attention.kernel")
+# where the line table's file names are looked up: the attention package, then tq_triton
+SOURCE_DIRS = (Path(KERNEL.__file__).parent, Path(KERNEL.__file__).parent.parent)
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 INSTR = re.compile(r"\s*/\*([0-9a-f]{4,6})\*/\s+(.*?);")
 LABEL = re.compile(r"\s*(\.L_x_\d+):")
@@ -45,7 +46,7 @@ def compile_kernel(args: argparse.Namespace):
     p = tq_core.get_preset(args.preset)
     lay = p.block_layout(args.head_dim, 16, args.kv_heads)
     consts = dict(
-        layout_constexprs(p, lay),
+        p.kernel_fields(lay).constexprs(),
         G=args.group,
         G_PAD=args.group,
         NUM_Q_HEADS=args.group * args.kv_heads,
@@ -54,7 +55,8 @@ def compile_kernel(args: argparse.Namespace):
         BLOCK_KV=args.block_kv,
         NORM_CORRECTION=p.norm_correction,
         PREFETCH=args.prefetch,
-        NUM_STAGES=args.stages,
+        # as the launcher passes it: the prefetch mode stages loads by hand, without num_stages
+        LOOP_STAGES=None if args.prefetch else args.stages,
         VALUE_ACC=args.value_acc,
     )
     types = {
@@ -69,7 +71,7 @@ def compile_kernel(args: argparse.Namespace):
         "Lse": "*fp32",
         "sm_scale": "fp32",
     }
-    params = list(inspect.signature(ATTENTION._attention_kernel.fn).parameters)
+    params = list(inspect.signature(KERNEL.attention_kernel.fn).parameters)
     sig, cx, attrs = {}, {}, {}
     for i, name in enumerate(params):
         if name in consts:
@@ -80,7 +82,7 @@ def compile_kernel(args: argparse.Namespace):
         # as the launcher specialises them: 16-byte aligned pointers, strides divisible by 16
         if sig[name].startswith("*") or name.startswith("stride"):
             attrs[(i,)] = [["tt.divisibility", 16]]
-    src = ASTSource(fn=ATTENTION._attention_kernel, signature=sig, constexprs=cx, attrs=attrs)
+    src = ASTSource(fn=KERNEL.attention_kernel, signature=sig, constexprs=cx, attrs=attrs)
     opts = {"num_warps": args.warps, "num_stages": args.stages}
     if args.max_registers:
         opts["maxnreg"] = args.max_registers
@@ -174,11 +176,11 @@ def main() -> None:
         f"{args.group * args.block_q} rows; {registers(kernel.asm['cubin'])}"
     )
     print(f"inner loop: {len(loop)} instructions per warp per tile, {len(loop) / tokens_per_warp:.1f} per token\n")
-    src_dir = Path(ATTENTION.__file__).parent
     for where, n in per_line.most_common(args.top):
         text = ""
-        if where and (src_dir / where[0]).exists():
-            text = (src_dir / where[0]).read_text().splitlines()[where[1] - 1].strip()[:64]
+        found = [d / where[0] for d in SOURCE_DIRS if where and (d / where[0]).exists()]
+        if found:
+            text = found[0].read_text().splitlines()[where[1] - 1].strip()[:64]
         label = f"{where[0]}:{where[1]}" if where else "(no line)"
         common = ", ".join(f"{k} {v}" for k, v in ops[where].most_common(3))
         print(f"{n:6d} {100 * n / len(loop):5.1f}%  {label:18s} {text:64s} {common}")

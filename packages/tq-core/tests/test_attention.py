@@ -6,14 +6,15 @@ import math
 
 import pytest
 import torch
-from tqc_helpers import PRESET_NAMES, dense_reference, paged_batch, randn
+from tqc_helpers import PRESET_NAMES, randn
 
 import tq_core
 from tq_core import decode_kv, encode_kv, get_preset
+from tq_core.testing import block_tables, dense_attention
 
 
 def _run_case(gen, name, bs, group, seq_lens, q_lens, d=64, hk=2, dtype=torch.float32, scale=None, out_dtype=None):
-    nb, table, slots = paged_batch(gen, seq_lens, bs)
+    nb, table, slots = block_tables(gen, seq_lens, bs)
     total = sum(seq_lens)
     k, v = randn(gen, total, hk, d) * 2 + randn(gen, 1, hk, d), randn(gen, total, hk, d)
     cache = torch.zeros(nb, bs, hk, get_preset(name).layout(d).slot_size_aligned, dtype=torch.uint8)
@@ -28,7 +29,7 @@ def _run_case(gen, name, bs, group, seq_lens, q_lens, d=64, hk=2, dtype=torch.fl
     res = tq_core.attention(q, cache, table, torch.tensor(seq_lens, dtype=torch.int32), qsl, name, scale, out=out)
     assert res is out
     k_hat, v_hat = decode_kv(encode_kv(k, v, name), name, d)
-    ref = dense_reference(q[:nq], k_hat, v_hat, seq_lens, q_lens, scale)
+    ref = dense_attention(q[:nq], k_hat, v_hat, seq_lens, q_lens, scale)
     return out, ref, nq
 
 
@@ -40,7 +41,7 @@ Q_LENS = [3, 1, 0, 7, 5, 1]
 @pytest.mark.parametrize("name", PRESET_NAMES)
 @pytest.mark.parametrize("bs", [16, 128])
 @pytest.mark.parametrize("group", [1, 4, 8])
-def test_matches_dense_reference(gen, name, bs, group):
+def test_matches_dense_attention(gen, name, bs, group):
     out, ref, nq = _run_case(gen, name, bs, group, SEQ_LENS, Q_LENS)
     assert not torch.isnan(out[:nq]).any(), "a covered output row was not written"
     assert torch.isnan(out[nq:]).all(), "rows past query_start_loc[-1] were written"
@@ -51,7 +52,7 @@ def test_matches_dense_reference(gen, name, bs, group):
 def test_output_dtype_follows_query(gen, dtype):
     name, d, bs = "turboquant_k3v4_nc", 128, 16
     seq_lens, q_lens = [20, 9], [4, 1]
-    nb, table, slots = paged_batch(gen, seq_lens, bs)
+    nb, table, slots = block_tables(gen, seq_lens, bs)
     k, v = randn(gen, 29, 2, d), randn(gen, 29, 2, d)
     cache = torch.zeros(nb, bs, 2, 118, dtype=torch.uint8)
     tq_core.store(k, v, cache, slots, name)
@@ -60,7 +61,7 @@ def test_output_dtype_follows_query(gen, dtype):
     out = tq_core.attention(q, cache, table, torch.tensor(seq_lens, dtype=torch.int32), qsl, name, 0.1)
     assert out.dtype == dtype and out.shape == q.shape
     k_hat, v_hat = decode_kv(encode_kv(k, v, name), name, d)
-    ref = dense_reference(q, k_hat, v_hat, seq_lens, q_lens, 0.1)
+    ref = dense_attention(q, k_hat, v_hat, seq_lens, q_lens, 0.1)
     eps = {torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7, torch.float32: 1e-6}[dtype]
     torch.testing.assert_close(out.double(), ref, rtol=eps, atol=eps * float(ref.abs().max()))
 
@@ -76,8 +77,8 @@ def test_out_buffer_of_another_float_dtype(gen, out_dtype):
 def test_head_dims_and_scale(gen, d):
     out, ref, nq = _run_case(gen, "turboquant_3bit_nc", 16, 2, [19, 40], [2, 5], d=d, hk=1, scale=0.37)
     # float32 against float64: logits grow with d and scale, and a logit error e moves a
-    # probability by a factor of exp(e), so the bound scales with the output's size
-    # (a flaky 1e-5 absolute bound failed once at d=512 with 2.1e-5)
+    # probability by a factor of exp(e), so the bound scales with the output's size (an
+    # absolute 1e-5 is too tight at d=512)
     torch.testing.assert_close(out[:nq].double(), ref, rtol=1e-4, atol=1e-4 * float(ref.abs().max()))
 
 
@@ -110,7 +111,7 @@ def test_causality_future_tokens_do_not_matter(gen):
     """Changing tokens after a query's position leaves that query's output unchanged."""
     name, d, bs, hk = "turboquant_k3v4_nc", 64, 16, 1
     seq, ql = 40, 6
-    nb, table, slots = paged_batch(gen, [seq], bs)
+    nb, table, slots = block_tables(gen, [seq], bs)
     k, v = randn(gen, seq, hk, d), randn(gen, seq, hk, d)
     q = randn(gen, ql, 2, d)
     args = (table, torch.tensor([seq], dtype=torch.int32), torch.tensor([0, ql], dtype=torch.int32), name, 0.2)

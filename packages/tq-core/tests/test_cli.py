@@ -7,17 +7,17 @@ import math
 import re
 import subprocess
 import sys
-import types
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 import torch
+from tqc_helpers import FakeEntryPoint
 
 import tq_core
 from tq_core.cli import build_parser, main, subcommand_parsers
 from tq_core.cli.capacity import MODELS, ModelShape, boundary_layer_set, capacity_rows
-from tq_core.cli.demo import pick_device
+from tq_core.cli.demo import make_batch, pick_device
 from tq_core.synthetic import SyntheticKV, synthetic_kv
 
 
@@ -131,25 +131,43 @@ def test_info(capsys):
     assert "xpu" in out and "triton:" in out
 
 
-def test_info_prints_sycl_toolchain_and_survives_errors(capsys, monkeypatch):
-    pkg = types.ModuleType("tq_sycl")
-    pkg.__path__ = []
-    tool = types.ModuleType("tq_sycl.toolchain")
-    tool.describe = lambda: {"compiler": "icpx 2025.3", "target": "bmg"}
-    monkeypatch.setitem(sys.modules, "tq_sycl", pkg)
-    monkeypatch.setitem(sys.modules, "tq_sycl.toolchain", tool)
-    assert main(["info"]) == 0
-    out = capsys.readouterr().out
-    assert "sycl toolchain:" in out and "icpx 2025.3" in out and "bmg" in out
+def test_info_prints_plugin_sections_and_survives_errors(capsys, monkeypatch, entry_points):
+    """Each ``tq.info`` entry point adds a section (its dict); one that raises reports, never crashes."""
 
-    def broken():
+    def broken() -> dict[str, str]:
         raise RuntimeError("no icpx on PATH")
 
-    tool.describe = broken
+    toolchain = {"compiler": "icpx 2025.3", "target": "bmg"}
+    entry_points(
+        "tq.info",
+        [
+            FakeEntryPoint("sycl toolchain", "tq_fake.toolchain:describe", lambda: toolchain),
+            FakeEntryPoint("sycl runtime", "tq_fake.runtime:describe", broken),
+        ],
+    )
+    assert main(["info"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("sycl toolchain:")
+    assert [ln.split() for ln in lines[at + 1 : at + 3]] == [["compiler", "icpx", "2025.3"], ["target", "bmg"]]
+    assert "sycl runtime:    unavailable (RuntimeError: no icpx on PATH)" in lines
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: (_ for _ in ()).throw(RuntimeError("driver")))
     assert main(["info"]) == 0
     out = capsys.readouterr().out
-    assert "no icpx on PATH" in out and "unavailable" in out
+    assert "unavailable (RuntimeError: driver)" in out and "icpx 2025.3" in out
+
+
+def test_info_lists_installed_backends(capsys, entry_points):
+    def missing():
+        raise ModuleNotFoundError("No module named 'triton'")
+
+    entry_points("tq.backends", [FakeEntryPoint("triton", "tq_fake.backend:backend", missing)])
+    assert main(["info"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("backends:")
+    core, triton = (ln.split(None, 1) for ln in lines[at + 1 : at + 3])
+    assert core == ["core", "tq_core (torch reference); runs on cpu, cuda, xpu"]
+    assert triton[0] == "triton" and "unavailable" in triton[1] and "No module named 'triton'" in triton[1]
 
 
 # ---------------------------------------------------------------- capacity
@@ -257,6 +275,22 @@ def test_demo_small_run(capsys, tmp_path):
     assert doc["config"]["q_lens"][:2] == [1, 4]  # decode and verify requests
 
 
+@pytest.mark.parametrize(("seq_len", "batch", "bs"), [(2048, 4, 16), (9, 1, 8), (300, 6, 32)])
+def test_demo_batch_is_ragged_decode_and_verify_over_shuffled_blocks(gen, seq_len, batch, bs):
+    b = make_batch(seq_len, batch, bs, gen)
+    assert len(b.seq_lens) == batch and b.seq_lens[0] == seq_len
+    assert all(9 <= s <= seq_len for s in b.seq_lens)
+    assert batch == 1 or len(set(b.seq_lens)) > 1  # ragged
+    assert b.q_lens == [(1, 4, 1, 8)[i % 4] for i in range(batch)]
+    nblocks = [math.ceil(s / bs) for s in b.seq_lens]
+    assert b.num_blocks == sum(nblocks) + 3
+    used = [int(x) for r, n in enumerate(nblocks) for x in b.block_table[r, :n]]
+    assert sorted(used) == sorted(set(used)) and all(0 <= x < b.num_blocks for x in used)
+    assert bool(((b.block_table >= 0) & (b.block_table < b.num_blocks)).all())  # padding names real blocks
+    expected = [int(b.block_table[r, p // bs]) * bs + p % bs for r, s in enumerate(b.seq_lens) for p in range(s)]
+    assert b.slot_mapping.tolist() == expected
+
+
 def test_demo_quiet_and_preset_subset(capsys):
     argv = ["demo", "-q", "--seq-len", "40", "--batch", "2", "--kv-heads", "1", "--q-heads", "2", "--head-dim", "64"]
     assert main([*argv, "--presets", "turboquant_k3v4_nc"]) == 0
@@ -336,3 +370,11 @@ def test_plugin_that_cannot_load_fails_with_one_line(monkeypatch, capsys):
     with pytest.raises(SystemExit) as exc:  # commands that did load still refuse unknown options
         cli.main(["capacity", "--bogus"])
     assert exc.value.code == 2
+
+
+def test_table_lines_pad_align_and_rule():
+    from tq_core.cli.table import table_lines
+
+    lines = table_lines(("name", "n"), [("a", "1000"), ("bbbbbb", "2")], "<>")
+    assert lines == ["name       n", "------  ----", "a       1000", "bbbbbb     2"]
+    assert table_lines(("x", "y"), [("1", "2")], "><") == ["x  y", "-  -", "1  2"]

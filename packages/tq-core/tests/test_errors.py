@@ -25,7 +25,7 @@ from tq_core import (
     store,
     to_vllm_cache,
 )
-from tq_core.checks import check_attention_args, debug_enabled
+from tq_core.checks import check_attention_args
 
 NAME = "turboquant_k3v4_nc"
 D = 64
@@ -282,10 +282,17 @@ def test_attention_checks(over, exc, match):
         attention(**_attn_args(**over))
 
 
-def test_attention_ignores_unused_block_table_entries():
+def test_attention_ignores_unused_block_table_entries(gen):
     # request 1 has 2 tokens: only its first block id is read; request 0 uses both of its blocks
-    out = attention(**_attn_args(block_table=T([[0, 1, 99], [2, -5, 1000]], dtype=torch.int32)))
-    assert torch.isfinite(out).all()
+    cache = _cache(nb=3, h=2)
+    kv = torch.randn(3 * 16, 2, D, generator=gen)
+    store(kv, kv.flip(0), cache, torch.arange(3 * 16), NAME)
+    query = torch.randn(3, 4, D, generator=gen)
+    out = attention(
+        **_attn_args(query=query, kv_cache=cache, block_table=T([[0, 1, 99], [2, -5, 1000]], dtype=torch.int32))
+    )
+    expected = attention(**_attn_args(query=query, kv_cache=cache))  # block_table [[0, 1], [2, 0]]
+    assert torch.isfinite(out).all() and torch.equal(out, expected)
 
 
 def test_max_q_len_limit_names_q_len():
@@ -295,17 +302,6 @@ def test_max_q_len_limit_names_q_len():
         check_attention_args(**args, max_q_len=1)
     check_attention_args(**args, max_q_len=2)
     check_attention_args(**args, check_values=False, max_q_len=1)  # value checks skipped
-
-
-def test_debug_flag(monkeypatch):
-    monkeypatch.delenv("TQ_DEBUG", raising=False)
-    assert not debug_enabled()
-    for on in ("1", "true", "yes"):
-        monkeypatch.setenv("TQ_DEBUG", on)
-        assert debug_enabled()
-    for off in ("0", "", "false"):
-        monkeypatch.setenv("TQ_DEBUG", off)
-        assert not debug_enabled()
 
 
 # ---------------------------------------------------------------- lower-level helpers (plain ValueError)

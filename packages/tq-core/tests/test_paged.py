@@ -6,10 +6,11 @@ import math
 
 import pytest
 import torch
-from tqc_helpers import PRESET_NAMES, field_mask, paged_batch, randn, random_bytes
+from tqc_helpers import PRESET_NAMES, field_mask, randn, random_bytes
 
 import tq_core
 from tq_core import encode_kv, from_vllm_cache, get_preset, store, to_vllm_cache
+from tq_core.testing import block_tables
 
 
 def _cache(name: str, num_blocks: int, bs: int, heads: int, d: int) -> torch.Tensor:
@@ -136,7 +137,7 @@ def test_transposed_and_block_strided_views(gen, seed, name):
     at a stride inside a larger buffer: same block bytes, same conversion, same attention."""
     d, heads, bs = 128, 4, 16
     seq_lens, q_lens = [37, 16, 5], [3, 1, 5]
-    nb, table, slots = paged_batch(gen, seq_lens, bs)
+    nb, table, slots = block_tables(gen, seq_lens, bs)
     s = get_preset(name).layout(d).slot_size_aligned
     k, v = randn(gen, len(slots), heads, d), randn(gen, len(slots), heads, d)
 

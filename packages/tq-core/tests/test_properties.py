@@ -7,10 +7,11 @@ import math
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from tqc_helpers import LM_PRESETS, PRESET_NAMES, paged_batch
+from tqc_helpers import LM_PRESETS, PRESET_NAMES
 
 import tq_core
 from tq_core import decode_kv, encode_kv, get_preset
+from tq_core.testing import block_tables
 
 seeds = st.integers(0, 2**32 - 1)
 presets = st.sampled_from(PRESET_NAMES)
@@ -138,7 +139,7 @@ def test_permuting_physical_blocks_changes_nothing(name, seed, bs, seq_lens, dat
     q_lens = [data.draw(st.integers(0, s)) for s in seq_lens]
     g = torch.Generator().manual_seed(seed)
     d, hk, hq = 64, 2, 4
-    nb, table, slots = paged_batch(g, seq_lens, bs)
+    nb, table, slots = block_tables(g, seq_lens, bs)
     k, v = torch.randn(len(slots), hk, d, generator=g), torch.randn(len(slots), hk, d, generator=g)
     cache = torch.zeros(nb, bs, hk, get_preset(name).layout(d).slot_size_aligned, dtype=torch.uint8)
     tq_core.store(k, v, cache, slots, name)

@@ -1,13 +1,16 @@
-"""Independent reference implementations and builders used by the tq-core tests.
+"""Independent second implementations and test doubles of the tq-core tests.
 
 Nothing here calls tq_core's codec internals: these are the second implementations the
-tests compare against.
+tests compare against. Paged batches, block tables and the dense float64 attention come
+from the shared kit, :mod:`tq_core.testing`.
 """
 
 from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -56,56 +59,6 @@ def randn(gen: torch.Generator, *shape: int, scale: float = 1.0, dtype=torch.flo
     return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale).to(dtype)
 
 
-def paged_batch(gen: torch.Generator, seq_lens: list[int], block_size: int, spare_blocks: int = 3):
-    """Random physical blocks per request.
-
-    Returns ``(num_blocks, block_table int32 [R, max_blocks], slot_mapping int64 [sum(seq_lens)])``;
-    the slot mapping lists every request's positions in order, request-major. Unused
-    block_table entries hold garbage (negative or out-of-range ids) that must be ignored.
-    """
-    nblocks = [(s + block_size - 1) // block_size for s in seq_lens]
-    num_blocks = sum(nblocks) + spare_blocks
-    perm = torch.randperm(num_blocks, generator=gen)
-    width = max([*nblocks, 1]) + 1
-    table = torch.randint(-5, 3 * num_blocks, (len(seq_lens), width), generator=gen, dtype=torch.int32)
-    used, slots = 0, []
-    for r, (s, n) in enumerate(zip(seq_lens, nblocks, strict=True)):
-        table[r, :n] = perm[used : used + n].to(torch.int32)
-        used += n
-        pos = torch.arange(s)
-        slots.append(table[r, pos // block_size].long() * block_size + pos % block_size)
-    slot_mapping = torch.cat(slots) if slots else torch.zeros(0, dtype=torch.int64)
-    return num_blocks, table, slot_mapping
-
-
-def dense_reference(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    seq_lens: list[int],
-    q_lens: list[int],
-    scale: float,
-) -> torch.Tensor:
-    """Plain causal softmax attention in float64 over dense K/V ``[sum(seq_lens), Hk, d]``.
-
-    Query rows of request r are the last q_lens[r] positions of its sequence.
-    Returns float64 ``[sum(q_lens), Hq, d]``.
-    """
-    hq, hk = query.shape[1], key.shape[1]
-    kv_of = torch.arange(hq) // (hq // hk)  # q head j reads kv head j // group
-    out = torch.zeros(sum(q_lens), hq, query.shape[2], dtype=torch.float64)
-    t0 = q0 = 0
-    for s, ql in zip(seq_lens, q_lens, strict=True):
-        for i in range(ql):
-            p = s - ql + i  # position of this query token; it sees positions 0..p
-            k = key[t0 : t0 + p + 1].double()[:, kv_of]  # [p + 1, Hq, d]
-            v = value[t0 : t0 + p + 1].double()[:, kv_of]
-            logits = torch.einsum("hd,lhd->hl", query[q0 + i].double(), k) * scale
-            out[q0 + i] = torch.einsum("hl,lhd->hd", torch.softmax(logits, dim=-1), v)
-        t0, q0 = t0 + s, q0 + ql
-    return out
-
-
 def field_mask(preset: str, head_dim: int, block_size: int, num_kv_heads: int, num_blocks: int) -> torch.Tensor:
     """uint8 mask (0xFF on field bytes, 0 on padding) of a tq paged cache, built from BlockLayout offsets."""
     p = tq_core.get_preset(preset)
@@ -125,3 +78,15 @@ def field_mask(preset: str, head_dim: int, block_size: int, num_kv_heads: int, n
 
 def random_bytes(gen: torch.Generator, *shape: int) -> torch.Tensor:
     return torch.randint(0, 256, shape, generator=gen, dtype=torch.int32).to(torch.uint8)
+
+
+@dataclass
+class FakeEntryPoint:
+    """Stands in for an installed ``importlib.metadata.EntryPoint``: ``load()`` returns ``target``."""
+
+    name: str
+    value: str
+    target: Callable[..., object]
+
+    def load(self) -> Callable[..., object]:
+        return self.target

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
-from cases import make_case
+from cases import make_case, prepared
 
 import tq_core
-from tq_sycl import kernel_args
+from tq_core.testing import assert_attention_close
 from tq_sycl.bridge import protocol
 from tq_sycl.bridge.client import Bridge
 from tq_sycl.errors import (
@@ -22,7 +23,9 @@ from tq_sycl.errors import (
     BridgeVersionError,
 )
 
-FAULTS = {**os.environ, protocol.FAULTS_ENV: "1"}
+# the shipped child plus a "fault" op and a --claim-version switch (tests only)
+FAULT_CHILD = [sys.executable, str(Path(__file__).with_name("bridge_fault_child.py"))]
+HOST = ["--backend", "host"]
 
 
 def pid_alive(pid: int) -> bool:
@@ -35,7 +38,7 @@ def pid_alive(pid: int) -> bool:
 
 @pytest.fixture
 def bridge():
-    with Bridge("host", env=FAULTS, request_timeout=60) as b:
+    with Bridge("host", argv=[*FAULT_CHILD, *HOST], request_timeout=60) as b:
         yield b
 
 
@@ -43,16 +46,17 @@ def bridge():
 def test_round_trip_matches_tq_core(gen, bridge, preset):
     case = make_case(gen, preset, seq_lens=[33, 5], q_lens=[4, 1], dtype=torch.float16)
     out = torch.full_like(case.query, float("nan"))
-    call = kernel_args.prepare(*case.args(), out, 3)
+    call = prepared(case, out, 3)
     got = bridge.attention(call, "host")
     assert got is out
-    torch.testing.assert_close(got.float(), case.reference().float(), atol=2e-3, rtol=2e-3)
+    # float16 in and out: both sides round float32 results to float16 once
+    assert_attention_close(got, case.reference(), tol=2e-3)
     assert bridge.last_kernel_ms is not None and bridge.last_kernel_ms >= 0
 
 
 def test_child_never_loads_torch(bridge, gen):
     case = make_case(gen, "turboquant_k8v4", seq_lens=[9], q_lens=[1])
-    bridge.attention(kernel_args.prepare(*case.args(), None, 1), "host")
+    bridge.attention(prepared(case), "host")
     assert bridge.request("status")["torch_loaded"] is False
 
 
@@ -60,9 +64,9 @@ def test_shared_memory_is_reused_and_freed(gen):
     b = Bridge("host")
     b.start()
     case = make_case(gen, "turboquant_4bit_nc", seq_lens=[20], q_lens=[2])
-    b.attention(kernel_args.prepare(*case.args(), None, 1), "host")
+    b.attention(prepared(case), "host")
     name = b.request("status")["segment"]
-    b.attention(kernel_args.prepare(*case.args(), None, 2), "host")
+    b.attention(prepared(case, None, 2), "host")
     assert b.request("status")["segment"] == name
     assert os.path.exists(os.path.join(protocol.SHM_DIR, name))
     pid = b.pid
@@ -80,6 +84,13 @@ def test_child_errors_are_reported_and_the_child_keeps_serving(bridge):
     assert bridge.request("status")["ok"] is True
 
 
+def test_the_shipped_child_has_no_fault_op():
+    with Bridge("host", request_timeout=60) as b:
+        with pytest.raises(BridgeError, match="unknown op 'fault'"):
+            b.request("fault", mode="crash")
+        assert b.alive
+
+
 def test_child_that_crashes(bridge):
     pid = bridge.pid
     with pytest.raises(BridgeCrashError, match=r"killed by SIGSEGV during 'fault'"):
@@ -95,7 +106,7 @@ def test_child_that_exits_during_a_request(bridge):
 
 
 def test_child_that_hangs_is_killed_after_the_timeout():
-    b = Bridge("host", env=FAULTS, request_timeout=1.5)
+    b = Bridge("host", argv=[*FAULT_CHILD, *HOST], request_timeout=1.5)
     b.start()
     pid = b.pid
     t0 = time.monotonic()
@@ -133,8 +144,7 @@ def test_child_that_is_not_a_bridge():
 
 
 def test_version_mismatch_is_a_clear_error():
-    env = {**FAULTS, protocol.CLAIM_VERSION_ENV: "0.0.1"}
-    b = Bridge("host", env=env, start_timeout=60)
+    b = Bridge("host", argv=[*FAULT_CHILD, "--claim-version", "0.0.1", *HOST], start_timeout=60)
     with pytest.raises(BridgeVersionError, match=r"tq_sycl 0.0.1 \(parent has 0.1.0\).*Reinstall tq-sycl"):
         b.start()
     assert not b.alive

@@ -6,11 +6,13 @@ import math
 
 import pytest
 import torch
-from cases import make_case, ragged_lengths, randint
+from cases import make_case, prepared, randint
 
 import tq_core
 import tq_sycl
+from tq_core.contract import KernelFields
 from tq_core.errors import DeviceError, PresetError, RangeError, ShapeError
+from tq_core.testing import assert_attention_close, ragged_lengths
 from tq_sycl import kernel_args
 from tq_sycl.errors import KernelChoiceError
 from tq_sycl.extensions import host_module
@@ -18,7 +20,7 @@ from tq_sycl.extensions import host_module
 PRESETS = sorted(tq_core.PRESETS)
 # float32 everywhere; differences come from summation order and the rotated-domain dot
 # product (query rotated instead of keys), both ~1e-6 on outputs of magnitude ~1
-ATOL, RTOL = 2e-5, 2e-5
+TOL = 2e-5
 
 
 def host(case, out=None, num_splits=None):
@@ -34,14 +36,14 @@ def test_ragged_decode_and_verify(gen, preset, group):
     )
     splits = randint(gen, 1, 5)
     got = host(case, num_splits=splits)
-    torch.testing.assert_close(got, case.reference(), atol=ATOL, rtol=RTOL, msg=f"num_splits={splits}")
+    assert_attention_close(got, case.reference(), tol=TOL, what=f"num_splits={splits}")
 
 
 @pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.parametrize("head_dim", [64, 256, 512])
 def test_head_dims(gen, preset, head_dim):
     case = make_case(gen, preset, head_dim=head_dim, num_kv_heads=1, group=2, seq_lens=[23, 40], q_lens=[1, 4])
-    torch.testing.assert_close(host(case, num_splits=2), case.reference(), atol=ATOL, rtol=RTOL)
+    assert_attention_close(host(case, num_splits=2), case.reference(), tol=TOL)
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -50,7 +52,7 @@ def test_odd_lengths_and_full_prefill(gen, preset):
     seq_lens = [1, 15, 17, 33, 47]
     q_lens = [1, 15, 3, 33, 2]
     case = make_case(gen, preset, block_size=16, group=3, num_kv_heads=2, seq_lens=seq_lens, q_lens=q_lens)
-    torch.testing.assert_close(host(case, num_splits=3), case.reference(), atol=ATOL, rtol=RTOL)
+    assert_attention_close(host(case, num_splits=3), case.reference(), tol=TOL)
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -62,7 +64,7 @@ def test_split_counts_agree_and_masked_splits_are_harmless(gen, preset):
     outs = [host(case, num_splits=s) for s in (1, 2, 7, 64)]
     for s, o in zip((1, 2, 7, 64), outs, strict=True):
         assert torch.isfinite(o).all(), f"num_splits={s}"
-        torch.testing.assert_close(o, ref, atol=ATOL, rtol=RTOL, msg=f"num_splits={s}")
+        assert_attention_close(o, ref, tol=TOL, what=f"num_splits={s}")
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -71,9 +73,10 @@ def test_half_dtypes(gen, dtype):
     case = make_case(gen, preset, seq_lens=[31, 9], q_lens=[4, 1], dtype=dtype)
     got = host(case, num_splits=2)
     assert got.dtype == dtype
-    # both round the same float32 result once to `dtype`: at most one rounding step apart
+    # both round the same float32 result once to `dtype`: at most one rounding step apart,
+    # which is below eps times the largest output
     eps = torch.finfo(dtype).eps
-    torch.testing.assert_close(got.float(), case.reference().float(), atol=4 * eps, rtol=2 * eps)
+    assert_attention_close(got, case.reference(), tol=2 * eps)
 
 
 def test_nan_poisoned_out_rows_past_the_last_request_stay_untouched(gen):
@@ -87,7 +90,7 @@ def test_nan_poisoned_out_rows_past_the_last_request_stay_untouched(gen):
     n = int(case.query_start_loc[-1])
     assert torch.isfinite(out[:n]).all(), "a covered row still holds NaN"
     assert torch.isnan(out[n:]).all(), "rows past query_start_loc[-1] were written"
-    torch.testing.assert_close(out[:n], case.reference()[:n], atol=ATOL, rtol=RTOL)
+    assert_attention_close(out[:n], case.reference()[:n], tol=TOL)
 
 
 def test_strided_views(gen):
@@ -123,7 +126,7 @@ def test_strided_views(gen):
         num_splits=2,
     )
     assert got is out
-    torch.testing.assert_close(out, ref, atol=ATOL, rtol=RTOL)
+    assert_attention_close(out, ref, tol=TOL)
     assert (big_out[:, 0] == 0).all()
 
 
@@ -133,12 +136,12 @@ def test_out_with_non_unit_last_stride_is_written_back(gen):
     out = storage.permute(2, 1, 0)  # last-dim stride != 1
     got = host(case, out=out)
     assert got is out
-    torch.testing.assert_close(out, case.reference(), atol=ATOL, rtol=RTOL)
+    assert_attention_close(out, case.reference(), tol=TOL)
 
 
 def test_empty_batches_and_zero_length_queries(gen):
     case = make_case(gen, "turboquant_k8v4", seq_lens=[10, 5, 8], q_lens=[0, 2, 0])
-    torch.testing.assert_close(host(case), case.reference(), atol=ATOL, rtol=RTOL)
+    assert_attention_close(host(case), case.reference(), tol=TOL)
     none = make_case(gen, "turboquant_k8v4", seq_lens=[], q_lens=[])
     assert host(none).shape == none.query.shape
 
@@ -177,7 +180,7 @@ def test_bad_metadata_never_reads_out_of_bounds(gen):
     # value checks off (the device path's default): block ids far outside the cache,
     # negative ids, seq_lens past the table and a query_start_loc past the queries
     case = make_case(gen, "turboquant_k3v4_nc", seq_lens=[30, 20], q_lens=[2, 2])
-    call = kernel_args.prepare(*case.args(), None, 3, check_values=False)
+    call = prepared(case, None, 3, check_values=False)
     call.block_table[0, 0] = 1 << 30
     call.block_table[1, 0] = -7
     call.seq_lens[1] = 10_000
@@ -186,40 +189,45 @@ def test_bad_metadata_never_reads_out_of_bounds(gen):
     assert call.out.shape == case.query.shape
 
 
-@pytest.mark.parametrize("preset", PRESETS)
-def test_block_layout_matches_tq_core(preset):
+def fields_of(preset: str, head_dim: int, block_size: int, num_kv_heads: int) -> KernelFields:
     p = tq_core.get_preset(preset)
+    return p.kernel_fields(p.block_layout(head_dim, block_size, num_kv_heads))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_cxx_reads_back_the_fields_tq_core_computed(preset):
+    # the C++ side derives no layout: it must hold exactly the offsets and widths it is given
     for d in tq_core.SUPPORTED_HEAD_DIMS:
         for bs in (1, 2, 4, 8, 16, 32, 64, 128):
-            for hk in (1, 3):
-                args = kernel_args.layout_args(p, d, bs, hk)
-                try:
-                    expected = p.block_layout(d, bs, hk)
-                except ShapeError:
-                    with pytest.raises(ValueError, match="block_size too small"):
-                        host_module().block_layout(args)
-                    continue
-                got = host_module().block_layout(args)
-                for field in (
-                    "slot_size_aligned",
-                    "key_code_bytes",
-                    "value_code_bytes",
-                    "key_offset",
-                    "norm_offset",
-                    "value_offset",
-                    "scale_offset",
-                    "zero_offset",
-                    "used_bytes",
-                    "head_stride",
-                    "block_bytes",
-                ):
-                    assert got[field] == getattr(expected, field), (preset, d, bs, hk, field)
+            try:
+                fields = fields_of(preset, d, bs, 3)
+            except ShapeError:
+                continue  # the aligned fields do not fit such a block; tq_core refuses it
+            expected = {name: int(getattr(fields, name)) for name in kernel_args.FIELD_NAMES}
+            assert host_module().kernel_fields(kernel_args.field_args(fields)) == expected, (preset, d, bs)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"head_dim": 96}, "head_dim must be 64, 128, 256 or 512"),
+        ({"key_width": 1}, "smaller than head_dim codes"),
+        ({"norm_offset": -1}, "norm_offset must be -1 exactly for fp8 keys"),
+        ({"zero_offset": 1 << 20}, "pass head_stride"),
+        ({"value_offset": -16}, "pass head_stride"),
+        ({"block_size": 0}, "block_size must be >= 1"),
+    ],
+)
+def test_cxx_rejects_fields_that_address_outside_a_head(change, message):
+    args = kernel_args.field_args(fields_of("turboquant_k3v4_nc", 128, 16, 2)) | change
+    with pytest.raises(ValueError, match=message):
+        host_module().kernel_fields(args)
 
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_dequant_matches_tq_core_decode(gen, preset):
     case = make_case(gen, preset, head_dim=128, seq_lens=[32], q_lens=[1], num_kv_heads=2, block_size=16)
-    call = kernel_args.prepare(*case.args(), None, 1)
+    call = prepared(case)
     views = tq_core.block_fields(case.kv_cache, call.checked.layout)
     for blk in case.block_table[0].tolist()[:2]:
         for head in range(2):

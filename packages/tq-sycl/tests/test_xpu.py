@@ -1,4 +1,4 @@
-"""SYCL kernels on an Intel GPU vs tq_core, and the PoC-shape benchmark vs tq_triton.
+"""SYCL kernels on an Intel GPU vs tq_core (timings: ``python -m tq_sycl.bench``).
 
 Everything here skips without a SYCL build and a device, unless the device sessions set
 TQ_SYCL_REQUIRE_DEVICE=stock|nightly, which turns the matching skips into failures.
@@ -7,15 +7,15 @@ TQ_SYCL_REQUIRE_DEVICE=stock|nightly, which turns the matching skips into failur
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 import torch
-from cases import make_case
+from cases import make_case, prepared
 
 import tq_core
 import tq_sycl
-from tq_sycl import extensions, kernel_args, toolchain
+from tq_core.testing import assert_attention_close
+from tq_sycl import extensions, toolchain
 
 PRESETS = sorted(tq_core.PRESETS)
 FAMILIES = ["scalar", "esimd", "jm"]
@@ -58,7 +58,7 @@ def nightly_bridge():
 
 def check(kernel: str, got: torch.Tensor, ref: torch.Tensor) -> None:
     assert torch.isfinite(got).all()
-    torch.testing.assert_close(got.float().cpu(), ref.float(), atol=TOL[kernel], rtol=TOL[kernel])
+    assert_attention_close(got, ref, tol=TOL[kernel], what=f"kernel={kernel}")
 
 
 @pytest.mark.parametrize("kernel", FAMILIES)
@@ -84,50 +84,5 @@ def test_nightly_kernels_match_tq_core(gen, kernel, preset):
         pytest.skip(f"tq_sycl._nightly was built without {kernel!r} (has {bridge.kernels})")
     case = make_case(gen, preset, seq_lens=[300, 17, 64], q_lens=[8, 1, 3], group=4, dtype=torch.float16)
     for splits in (1, 4):
-        call = kernel_args.prepare(*case.args(), None, splits)
+        call = prepared(case, None, splits)
         check(kernel, bridge.attention(call, kernel), case.reference())
-
-
-@pytest.mark.parametrize("preset", ["turboquant_k8v4", "turboquant_k3v4_nc"])
-def test_benchmark_poc_shape(gen, preset):
-    """The turboquant-xpu project's PoC shape: N_spec=8, B=4, Hq=32, Hk=4, D=128, seq_len=8192, causal."""
-    kernels = stock_kernels()
-    dev = torch.device("xpu")
-    b, q_len, seq = 4, 8, 8192
-    case = make_case(
-        gen,
-        preset,
-        head_dim=128,
-        block_size=64,
-        num_kv_heads=4,
-        group=8,
-        seq_lens=[seq] * b,
-        q_lens=[q_len] * b,
-        dtype=torch.float16,
-        spare_blocks=0,
-    )
-    args = [a.to(dev) if isinstance(a, torch.Tensor) else a for a in case.args()]
-    ref = case.reference()
-    timings = {}
-
-    def bench(fn) -> float:
-        fn()
-        torch.xpu.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(20):
-            fn()
-        torch.xpu.synchronize()
-        return (time.perf_counter() - t0) / 20 * 1e3
-
-    for kernel in kernels:
-        out = torch.empty_like(args[0])
-        check(kernel, tq_sycl.attention(*args, out=out, kernel=kernel), ref)
-        timings[f"tq_sycl {kernel}"] = bench(lambda k=kernel, o=out: tq_sycl.attention(*args, out=o, kernel=k))
-    try:
-        import tq_triton
-    except ImportError:
-        tq_triton = None
-    if tq_triton is not None:
-        out = torch.empty_like(args[0])
-        timings["tq_triton"] = bench(lambda: tq_triton.attention(*args, out=out))
-    print(f"\nPoC shape {preset}: " + ", ".join(f"{k} {v:.3f} ms" for k, v in timings.items()))

@@ -8,7 +8,7 @@
 The interpreter must be switched on before triton is imported (``triton.jit`` reads it when
 the kernels are defined), so this runs first. Sizes scale with the device: small under the
 interpreter (CI), real on a GPU. The choice is written back to ``TQ_TEST_DEVICE`` for the
-helpers and printed in pytest's header.
+helpers and printed in pytest's header. ``seed`` and ``gen`` come from tq-core's test kit.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import os
 
 import pytest
 import torch
+
+pytest_plugins = ["tq_core.testing.plugin"]
 
 
 def _pick_device() -> str:
@@ -46,11 +48,3 @@ def pytest_report_header() -> str:
 @pytest.fixture
 def device() -> torch.device:
     return torch.device(DEVICE)
-
-
-@pytest.fixture
-def seed(request: pytest.FixtureRequest) -> int:
-    """A fresh seed per test, printed so that a failure can be replayed with TQ_TEST_SEED."""
-    s = int(os.environ.get("TQ_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
-    print(f"seed={s} (rerun with TQ_TEST_SEED={s})")
-    return s

@@ -5,15 +5,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from dataclasses import replace
+from dataclasses import fields, replace
+from importlib import resources
 
 import pytest
 import torch
-from tqt_helpers import ON_GPU, gen, make_batch
+from tqt_helpers import ON_GPU, make_batch
 
 import tq_core
 import tq_triton
+from tq_core.contract import load_backend, select_backend
 from tq_triton import tuning
+from tq_triton.attention import launch, plan
 
 
 def test_cpu_tensors_without_interpreter_point_to_tq_core():
@@ -134,34 +137,21 @@ class _GrabLaunch:
         return launch
 
 
-def test_both_launchers_pass_the_tables_launch_options(monkeypatch, seed, device):
+def test_both_launchers_pass_the_tables_launch_options(monkeypatch, gen, device):
     """Intel's grf_mode (the Xe2 table's xpu_launch_options) must reach the store and the
     attention kernel alike."""
-    att = sys.modules["tq_triton.attention"]
     st = sys.modules["tq_triton.store"]
     grabs = {"store": _GrabLaunch(), "attention": _GrabLaunch()}
     monkeypatch.setattr(st, "_store_kernel", grabs["store"])
-    monkeypatch.setattr(att, "_attention_kernel", grabs["attention"])
+    monkeypatch.setattr(launch, "attention_kernel", grabs["attention"])
     options = {"grf_mode": "large"}
     monkeypatch.setattr(st, "launch_options", lambda dev: dict(options))
-    monkeypatch.setattr(att, "launch_options", lambda dev: dict(options))
-    b = make_batch(
-        "turboquant_k3v4_nc",
-        [5, 9],
-        [1, 2],
-        head_dim=64,
-        num_kv_heads=1,
-        group=2,
-        block_size=16,
-        g=gen(seed, device),
-        device=device,
-    )
-    key = torch.randn(3, 1, 64, device=device, dtype=torch.bfloat16)
+    monkeypatch.setattr(launch, "launch_options", lambda dev: dict(options))
+    b = make_batch(gen, "turboquant_k3v4_nc", [5, 9], [1, 2], head_dim=64, num_kv_heads=1, group=2, device=device)
+    key = torch.randn(3, 1, 64, generator=gen).to(device, torch.bfloat16)
     slots = torch.tensor([0, 1, 2], device=device)
     tq_triton.store(key, key.clone(), b.kv_cache, slots, b.preset)
-    tq_triton.attention(
-        b.query, b.kv_cache, b.block_table, b.seq_lens, b.query_start_loc, b.preset, b.scale, num_kv_splits=1
-    )
+    tq_triton.attention(*b.args(), num_kv_splits=1)
     for name, grab in grabs.items():
         assert grab.kwargs is not None, f"{name} kernel was not launched"
         assert grab.kwargs.get("grf_mode") == "large", name
@@ -220,33 +210,76 @@ def test_sweep_entry_reads_back_as_the_measured_config(kv_splits):
     ],
 )
 def test_split_count_from_waves(monkeypatch, reqs, heads, waves, cap, want):
-    att = sys.modules["tq_triton.attention"]
-    monkeypatch.setattr(att, "multiprocessor_count", lambda dev: 132)
+    monkeypatch.setattr(plan, "multiprocessor_count", lambda dev: 132)
     cfg = tuning.AttentionConfig(waves=waves, max_kv_splits=cap)
-    assert att.plan_splits(cfg, torch.device("cpu"), reqs, heads) == want
-    assert att.plan_splits(replace(cfg, kv_splits=7), torch.device("cpu"), reqs, heads) == 7
+    assert plan.plan_splits(cfg, torch.device("cpu"), reqs, heads) == want
+    assert plan.plan_splits(replace(cfg, kv_splits=7), torch.device("cpu"), reqs, heads) == 7
 
 
-def test_shipped_tables_are_valid():
-    for t in tuning._tables(str(tuning.user_table_dir())):
-        for preset, sec in t.get("attention", {}).items():
-            for bucket, entry in sec.items():
-                tuning._apply(tuning.AttentionConfig(), entry, f"{t['_path']}:{preset}:{bucket}")
+SHIPPED_TABLES = sorted(p.name for p in resources.files("tq_triton").joinpath("tuning_tables").iterdir())
+TABLE_KEYS = {"match", "attention", "store", "xpu_launch_options"}
+BUCKETS = {"*", "q1", "q2", "q4", "q8", "q16"}
 
 
-def test_torch_ops_match_functions(seed, device):
-    b = make_batch(
-        "turboquant_k3v4_nc",
-        [30, 45],
-        [1, 3],
-        head_dim=64,
-        num_kv_heads=1,
-        group=2,
-        block_size=16,
-        g=gen(seed, device),
-        device=device,
-    )
-    args = (b.query, b.kv_cache, b.block_table, b.seq_lens, b.query_start_loc, b.preset, b.scale)
+@pytest.mark.parametrize("name", SHIPPED_TABLES)
+def test_shipped_tables_hold_only_what_the_loader_reads(name):
+    """Every shipped table loads, and each of its entries is a valid launch parameter that the
+    loader reads (nothing it would ignore, such as measured times, ships)."""
+    t = tuning._load(resources.files("tq_triton").joinpath("tuning_tables", name))
+    extra = set(t) - TABLE_KEYS - {"_path"}
+    # the starting tables (not measured) say why they hold what they hold
+    assert extra <= ({"device", "note"} if name != "nvidia_h200.json" else set()), extra
+    assert t["match"] and all(isinstance(m, str) and m for m in t["match"])
+    att_fields = {f.name for f in fields(tuning.AttentionConfig)}
+    for section, buckets in t.get("attention", {}).items():
+        assert section == "default" or section in tq_core.PRESETS, section
+        for bucket, entry in buckets.items():
+            assert bucket in BUCKETS, (section, bucket)
+            assert entry and set(entry) <= att_fields, (section, bucket, set(entry) - att_fields)
+            for k, v in entry.items():
+                tuning._validate(k, v, f"{name}:{section}:{bucket}")
+    store_fields = {f.name for f in fields(tuning.StoreConfig)}
+    for section, entry in t.get("store", {}).items():
+        assert section == "*" or section in tq_core.PRESETS, section
+        assert entry and set(entry) <= store_fields, (section, set(entry) - store_fields)
+        for k, v in entry.items():
+            tuning._validate(k, v, f"{name}:store:{section}")
+    assert isinstance(t.get("xpu_launch_options", {}), dict)
+
+
+@pytest.mark.parametrize(
+    ("device_name", "preset", "q_len", "want"),
+    [
+        ("NVIDIA H200", "turboquant_k3v4_nc", 1, {"block_kv": 32, "num_warps": 1, "waves": 64, "value_acc": 0}),
+        ("NVIDIA H200", "turboquant_k8v4", 1, {"num_stages": 3, "prefetch": 0, "max_registers": 168}),
+        ("NVIDIA H200", "turboquant_4bit_nc", 8, {"block_kv": 64, "num_warps": 4, "kv_splits": 32}),
+        ("Intel(R) Arc(TM) B580 Graphics", "turboquant_k8v4", 8, {"block_kv": 32, "prefetch": 0, "waves": 2}),
+    ],
+)
+def test_shipped_tables_are_found_and_read(device_name, preset, q_len, want, monkeypatch, user_tables):
+    monkeypatch.setattr(tuning, "device_key", lambda dev: device_name)
+    cfg = tuning.attention_config(torch.device("cuda", 0), preset, q_len)
+    assert {k: getattr(cfg, k) for k in want} == want
+
+
+def test_triton_backend_is_registered():
+    b = load_backend("triton")
+    assert (b.name, b.description) == ("triton", "tq_triton (Triton kernels)")
+    assert b.store is tq_triton.store and b.attention is tq_triton.attention
+    assert b.priority == 10 and b.max_query_len == tq_triton.MAX_QUERY_LEN == 16 and b.takes_max_query_len
+    assert set(b.device_types) >= {"cuda", "xpu"} and b.auto_device_types == ("cuda", "xpu")
+    # CPU tensors only under the interpreter, and never picked unasked there
+    assert ("cpu" in b.device_types) == (os.environ.get("TRITON_INTERPRET") == "1")
+    assert select_backend("cpu")[0].name != "triton"
+
+
+def test_one_tuning_error_class():
+    assert tq_triton.TuningError is tuning.TuningError is tq_core.errors.TuningError
+
+
+def test_torch_ops_match_functions(gen, device):
+    b = make_batch(gen, "turboquant_k3v4_nc", [30, 45], [1, 3], head_dim=64, num_kv_heads=1, group=2, device=device)
+    args = (*b.args()[:5], b.preset.name, b.scale)
     ref = tq_triton.attention(*args)
     assert torch.equal(torch.ops.tq.attention(*args), ref)
     out = torch.empty_like(ref)
@@ -255,24 +288,13 @@ def test_torch_ops_match_functions(seed, device):
 
 
 @pytest.mark.skipif(not ON_GPU and sys.platform != "linux", reason="opcheck runs on linux")
-def test_opcheck(seed, device):
-    b = make_batch(
-        "turboquant_k8v4",
-        [20, 9],
-        [1, 2],
-        head_dim=64,
-        num_kv_heads=1,
-        group=2,
-        block_size=16,
-        g=gen(seed, device),
-        device=device,
-    )
-    args = (b.query, b.kv_cache, b.block_table, b.seq_lens, b.query_start_loc, b.preset, b.scale)
+def test_opcheck(gen, device):
+    b = make_batch(gen, "turboquant_k8v4", [20, 9], [1, 2], head_dim=64, num_kv_heads=1, group=2, device=device)
+    args = (*b.args()[:5], b.preset.name, b.scale)
     torch.library.opcheck(torch.ops.tq.attention.default, args)
     out = torch.empty_like(b.query)
     torch.library.opcheck(torch.ops.tq.attention_out.default, (*args, out))
-    g = gen(seed + 1, device)
-    k = torch.randn(3, 1, 64, generator=g, device=device)
+    k = torch.randn(3, 1, 64, generator=gen).to(device)
     torch.library.opcheck(
         torch.ops.tq.store.default,
         (k, k, b.kv_cache.clone(), torch.tensor([40, -1, 41], device=device), "turboquant_k8v4"),
@@ -291,37 +313,16 @@ def test_query_buckets(q_len, bucket):
     # without the max_query_len hint the launcher assumes the longest possible request
     [(4, [1, 1], ["q1", "q1"]), (8, [1, 1], ["q1", "q1"]), (4, [8, 3], ["q16", "q8"])],
 )
-def test_attention_looks_up_the_query_length_bucket(monkeypatch, device, group, q_lens, buckets):
+def test_attention_looks_up_the_query_length_bucket(monkeypatch, gen, device, group, q_lens, buckets):
     # decode with 4 q heads per kv head runs 4-token tiles; its table entry is still q1
-    att = sys.modules["tq_triton.attention"]  # the package re-exports a function of that name
-
     seen = []
 
     def spy(dev, preset, max_query_len):
         seen.append(tuning.q_bucket(max_query_len))
         return tuning.AttentionConfig(block_kv=16, num_warps=4, num_stages=1)
 
-    monkeypatch.setattr(att, "attention_config", spy)
-    b = make_batch(
-        "turboquant_k8v4",
-        [40, 21],
-        q_lens,
-        head_dim=64,
-        num_kv_heads=1,
-        group=group,
-        block_size=16,
-        g=gen(0, device),
-        device=device,
-    )
-    tq_triton.attention(b.query, b.kv_cache, b.block_table, b.seq_lens, b.query_start_loc, b.preset, b.scale)
-    tq_triton.attention(
-        b.query,
-        b.kv_cache,
-        b.block_table,
-        b.seq_lens,
-        b.query_start_loc,
-        b.preset,
-        b.scale,
-        max_query_len=b.max_query_len,
-    )
+    monkeypatch.setattr(plan, "attention_config", spy)
+    b = make_batch(gen, "turboquant_k8v4", [40, 21], q_lens, head_dim=64, num_kv_heads=1, group=group, device=device)
+    tq_triton.attention(*b.args())
+    tq_triton.attention(*b.args(), max_query_len=b.max_query_len)
     assert seen == buckets

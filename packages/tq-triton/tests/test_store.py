@@ -6,12 +6,12 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from tqt_helpers import ON_GPU, gen
+from tqt_helpers import ON_GPU
 
 import tq_core
 import tq_triton
 from tq_core.bitpack import unpack_codes
-from tq_triton.constants import codebook
+from tq_triton.device_tensors import codebook
 from tq_triton.store import codebook_codes
 
 N_TOKENS = 3001 if ON_GPU else 77
@@ -20,9 +20,7 @@ N_TOKENS = 3001 if ON_GPU else 77
 def caches(preset, head_dim, block_size, heads, g, device, n):
     slot = tq_core.get_preset(preset).layout(head_dim).slot_size_aligned
     nblocks = (n + block_size - 1) // block_size + 2
-    poison = torch.randint(
-        0, 256, (nblocks, block_size, heads, slot), generator=g, device=device, dtype=torch.int32
-    ).to(torch.uint8)
+    poison = torch.randint(0, 256, (nblocks, block_size, heads, slot), generator=g, dtype=torch.uint8).to(device)
     return poison.clone(), poison.clone(), nblocks * block_size
 
 
@@ -30,14 +28,14 @@ def caches(preset, head_dim, block_size, heads, g, device, n):
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("block_size", [16, 128])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_store_matches_reference(preset, head_dim, block_size, dtype, seed, device):
-    g = gen(seed, device)
+def test_store_matches_reference(preset, head_dim, block_size, dtype, gen, device):
+    g = gen
     heads = 3
     n = N_TOKENS
     ref, got, nslots = caches(preset, head_dim, block_size, heads, g, device, n)
-    k = (torch.randn(n, heads, head_dim, generator=g, device=device) * 3).to(dtype)
-    v = torch.randn(n, heads, head_dim, generator=g, device=device).to(dtype)
-    slots = torch.randperm(nslots, generator=g, device=device)[:n]
+    k = (torch.randn(n, heads, head_dim, generator=g) * 3).to(device, dtype)
+    v = torch.randn(n, heads, head_dim, generator=g).to(device, dtype)
+    slots = torch.randperm(nslots, generator=g)[:n].to(device)
     slots[::7] = -1  # padding tokens are skipped
     tq_core.store(k, v, ref, slots, preset)
     tq_triton.store(k, v, got, slots, preset)
@@ -71,26 +69,26 @@ def _differences_are_rounding_boundaries(ref, got, preset, head_dim, k, slots):
     assert ((va - vb).abs() <= 1).all(), "a value code differs by more than one level"
 
 
-def test_store_strided_key_view(seed, device):
+def test_store_strided_key_view(gen, device):
     """vLLM hands in key/value as views of the fused qkv projection."""
-    g = gen(seed, device)
+    g = gen
     n, h, d = 40, 2, 64
-    qkv = torch.randn(n, 3 * h * d, generator=g, device=device)
+    qkv = torch.randn(n, 3 * h * d, generator=g).to(device)
     k = qkv[:, h * d : 2 * h * d].view(n, h, d)
     v = qkv[:, 2 * h * d :].view(n, h, d)
     ref, got, nslots = caches("turboquant_k3v4_nc", d, 16, h, g, device, n)
-    slots = torch.randperm(nslots, generator=g, device=device)[:n]
+    slots = torch.randperm(nslots, generator=g)[:n].to(device)
     tq_core.store(k, v, ref, slots, "turboquant_k3v4_nc")
     tq_triton.store(k, v, got, slots, "turboquant_k3v4_nc")
     assert (ref == got).float().mean().item() >= 0.999
 
 
-def test_store_fp8_saturates(seed, device):
+def test_store_fp8_saturates(gen, device):
     d = 64
     k = torch.full((2, 1, d), 1e6, device=device)
     k[1] = -1e6
     v = torch.randn(2, 1, d, device=device)
-    _, got, _ = caches("turboquant_k8v4", d, 16, 1, gen(seed, device), device, 2)
+    _, got, _ = caches("turboquant_k8v4", d, 16, 1, gen, device, 2)
     tq_triton.store(k, v, got, torch.tensor([0, 1], device=device), "turboquant_k8v4")
     lay = tq_core.get_preset("turboquant_k8v4").block_layout(d, 16, 1)
     keys = tq_core.block_fields(got, lay).key[0, 0, :2].contiguous().view(torch.float8_e4m3fn).float()
@@ -105,7 +103,7 @@ def _codes_kernel(U, Bounds, Out, N: tl.constexpr, NUM_BOUNDS: tl.constexpr):
 
 
 @pytest.mark.parametrize("preset", [n for n, p in tq_core.PRESETS.items() if not p.key_is_fp8])
-def test_codes_on_and_around_every_boundary(preset, seed, device):
+def test_codes_on_and_around_every_boundary(preset, gen, device):
     """The store's codes are the number of boundaries <= u (vLLM's rule: a coordinate on a
     boundary takes the upper code), also exactly on, just below and just above each boundary,
     and for infinities and NaN. The byte comparisons above exclude boundary codes."""
@@ -113,7 +111,7 @@ def test_codes_on_and_around_every_boundary(preset, seed, device):
     below = torch.nextafter(bounds, torch.full_like(bounds, -float("inf")))
     above = torch.nextafter(bounds, torch.full_like(bounds, float("inf")))
     special = torch.tensor([float("inf"), -float("inf"), float("nan"), 0.0, -0.0], device=device)
-    rand = torch.randn(256, generator=gen(seed, device), device=device) * bounds.abs().max()
+    rand = torch.randn(256, generator=gen).to(device) * bounds.abs().max()
     u = torch.cat([bounds, below, above, special, rand])
     n = 1 << (u.numel() - 1).bit_length()
     u = torch.cat([u, torch.zeros(n - u.numel(), device=device)])

@@ -1,80 +1,61 @@
-"""Builders for paged batches used by the tq-triton tests (named apart from tq-core's
-test helpers so both suites can run in one pytest process)."""
+"""tq-triton's test helpers over tq-core's kit (named apart from other suites' helpers so that
+several suites can run in one pytest process)."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import torch
 
 import tq_core
+import tq_triton
+from tq_core.testing import PagedBatch, assert_attention_close, paged_batch
 
 ON_GPU = os.environ.get("TQ_TEST_DEVICE", "cpu") != "cpu"
-
-
-def gen(seed: int, device: torch.device) -> torch.Generator:
-    return torch.Generator(device=device).manual_seed(seed)
-
-
-@dataclass
-class Batch:
-    query: torch.Tensor
-    kv_cache: torch.Tensor
-    block_table: torch.Tensor
-    seq_lens: torch.Tensor
-    query_start_loc: torch.Tensor
-    preset: str
-    scale: float
-    max_query_len: int
+# fp16 operands in both products: the largest error stays near 1e-3 of the output's scale
+TOL = 1e-2
 
 
 def make_batch(
+    gen: torch.Generator,
     preset: str,
     seq_lens: list[int],
     q_lens: list[int],
     *,
-    head_dim: int,
-    num_kv_heads: int,
-    group: int,
-    block_size: int,
-    g: torch.Generator,
     device: torch.device,
     dtype: torch.dtype = torch.bfloat16,
-    spare_blocks: int = 3,
-) -> Batch:
-    """A paged cache filled by tq_core.store over shuffled blocks (unused table entries hold
-    out-of-range garbage that must never be read)."""
-    nb_per = [(s + block_size - 1) // block_size for s in seq_lens]
-    nblocks = sum(nb_per) + spare_blocks
-    slot = tq_core.get_preset(preset).layout(head_dim).slot_size_aligned
-    cache = torch.randint(
-        0, 256, (nblocks, block_size, num_kv_heads, slot), generator=g, device=device, dtype=torch.int32
-    ).to(torch.uint8)
-    perm = torch.randperm(nblocks, generator=g, device=device)
-    width = max(nb_per) + 1
-    table = torch.full((len(seq_lens), width), 10**6, dtype=torch.int32, device=device)
-    used = 0
-    for r, s in enumerate(seq_lens):
-        ids = perm[used : used + nb_per[r]]
-        used += nb_per[r]
-        table[r, : nb_per[r]] = ids.to(torch.int32)
-        if s == 0:
-            continue
-        k = torch.randn(s, num_kv_heads, head_dim, generator=g, device=device) * 2
-        k[..., :3] *= 6  # a few high-magnitude channels, as LLM keys have
-        v = torch.randn(s, num_kv_heads, head_dim, generator=g, device=device)
-        pos = torch.arange(s, device=device)
-        tq_core.store(k.to(dtype), v.to(dtype), cache, ids[pos // block_size] * block_size + pos % block_size, preset)
-    qsl = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32, device=device)
-    q = torch.randn(sum(q_lens), num_kv_heads * group, head_dim, generator=g, device=device).to(dtype)
-    return Batch(
-        q,
-        cache,
-        table,
-        torch.tensor(seq_lens, dtype=torch.int32, device=device),
-        qsl,
-        preset,
-        head_dim**-0.5,
-        max(q_lens) if q_lens else 0,
+    **shape: int,
+) -> PagedBatch:
+    """The kit's paged batch on ``device``, filled by ``tq_core.store`` (the reference store)."""
+    return paged_batch(gen, preset, seq_lens, q_lens, device=device, dtype=dtype, store=tq_core.store, **shape)
+
+
+def reference(b: PagedBatch) -> torch.Tensor:
+    """``tq_core.attention`` of the batch with a float32 query (float32 output)."""
+    return tq_core.attention(b.query.float(), *b.args()[1:])
+
+
+def run_triton(
+    b: PagedBatch,
+    *,
+    splits: int | None = None,
+    out_dtype: torch.dtype | None = None,
+    max_query_len: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tq_triton.attention into a NaN-filled ``out``, the reference) for the batch."""
+    out = torch.full_like(b.query, float("nan"), dtype=out_dtype or b.query.dtype)
+    res = tq_triton.attention(
+        *b.args(),
+        out=out,
+        max_query_len=b.max_query_len if max_query_len is None else max_query_len,
+        num_kv_splits=splits,
     )
+    assert res is out
+    return out, reference(b)
+
+
+def assert_close(out: torch.Tensor, ref: torch.Tensor, rows: int | None = None) -> None:
+    """The first ``rows`` rows (all by default) of ``out`` match the reference within :data:`TOL`
+    (NaN, from an unwritten row or a broken merge, always fails)."""
+    rows = out.shape[0] if rows is None else rows
+    assert_attention_close(out[:rows].float(), ref[:rows].float(), tol=TOL, what="tq_triton.attention")

@@ -1,17 +1,19 @@
-"""Shared fixtures for tq-vllm's tests: fresh random inputs from a printed seed.
+"""Shared fixtures for tq-vllm's tests.
 
-A failing test's captured output shows ``seed=N``; rerun with ``TQ_TEST_SEED=N``.
-``devices`` covers CPU always, and cuda / xpu where present (the tq-triton path; such
+``seed`` / ``gen`` come from tq-core's test kit plugin: a fresh seed per test, printed, so
+a failing test's captured output shows ``seed=N``; rerun with ``TQ_TEST_SEED=N``.
+``device`` covers CPU always, and cuda / xpu where present (the tq-triton path; such
 machines need no vLLM for the planner and ops tests).
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
 
 import pytest
 import torch
+
+pytest_plugins = ["tq_core.testing.plugin"]
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
@@ -23,19 +25,6 @@ def _devices() -> list[str]:
     if hasattr(torch, "xpu") and torch.xpu.is_available():
         devs.append("xpu")
     return devs
-
-
-@pytest.fixture
-def seed() -> int:
-    env = os.environ.get("TQ_TEST_SEED")
-    s = int(env) if env else int.from_bytes(os.urandom(4), "little")
-    print(f"seed={s} (rerun with TQ_TEST_SEED={s})")
-    return s
-
-
-@pytest.fixture
-def gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 @pytest.fixture(params=_devices())

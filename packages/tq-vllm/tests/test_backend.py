@@ -8,12 +8,13 @@ prefill / continuation batches, and the output is checked against the reference.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import types
 
 import pytest
 import torch
-from tqv_helpers import Batch, Req, make_batch, reference, tolerance
+from tqv_helpers import Batch, Req, assert_matches_reference, make_batch, num_cache_blocks
 
 import tq_core
 
@@ -76,7 +77,7 @@ def test_builder_and_impl_on_mixed_batch(gen, seed, vllm_config, preset, memory_
         Req(rng.randint(1, 50), rng.randint(6, 30), True),  # chunked-prefill continuation / prefix hit
     ]
     slot = tq_core.get_preset(preset).layout(D).slot_size_aligned
-    total = sum((r.context + r.q_len + bs - 1) // bs for r in reqs) + 4
+    total = num_cache_blocks(reqs, bs)
     if memory_order == "token_major":  # vLLM layout LBNHC
         vllm_view = torch.empty(total, bs, HK, slot, dtype=torch.uint8).transpose(1, 2)
     else:  # LBHNC: the per-layer [B, H, N, C] view is contiguous
@@ -102,9 +103,7 @@ def test_builder_and_impl_on_mixed_batch(gen, seed, vllm_config, preset, memory_
     impl.forward(layer, batch.query, batch.key, batch.value, vllm_view, meta, output=output)
     n = batch.num_tokens
     assert bool((output[n:] == 5.0).all()), "padding rows were written"
-    expect = reference(batch, [not r.prefilling for r in reqs])
-    err = (output[:n].double() - expect).abs().max().item()
-    assert err <= tolerance(torch.float32), f"max error {err}"
+    assert_matches_reference(output[:n], batch, [not r.prefilling for r in reqs])
     s = stats()
     assert s["counts"]["store_calls"] == 1 and s["counts"]["decode_calls"] == 1 and s["counts"]["chunk_calls"] == 1
     assert s["layers"]["decode"] == ["model.layers.3.self_attn.attn"]
@@ -122,8 +121,7 @@ def test_bf16_layer_with_vllm_shaped_output(gen, vllm_config):
     flat = torch.zeros(batch.query.shape[0], HQ * D, dtype=torch.bfloat16)
     impl.forward(None, batch.query, batch.key, batch.value, view, meta, output=flat.view(-1, HQ, D))
     n = batch.num_tokens
-    err = (flat[:n].view(n, HQ, D).double() - reference(batch, [True, False])).abs().max().item()
-    assert err <= tolerance(torch.bfloat16), f"max error {err}"
+    assert_matches_reference(flat[:n].view(n, HQ, D), batch, [True, False], dtype=torch.bfloat16)
 
 
 def test_profiling_run_without_metadata():
@@ -154,6 +152,30 @@ def test_cudagraph_support_follows_verify_length(vllm_config, monkeypatch):
             assert TQMetadataBuilder.get_cudagraph_support(vllm_config, spec) == expected
         finally:
             vllm_config.speculative_config = None
+
+
+def test_cudagraph_support_takes_triton_query_limit(vllm_config, monkeypatch):
+    """The verify length that still fits one graph-captured call is tq-triton's max_query_len
+    (16 only when tq-triton cannot load)."""
+    from tq_core.contract import core_backend
+    from tq_vllm import ops
+
+    spec = spec_for("turboquant_k8v4", 16)
+    monkeypatch.setenv("TQ_VLLM_IMPL", "triton")
+    wide = dataclasses.replace(core_backend(), name="triton", max_query_len=32, takes_max_query_len=True)
+    vllm_config.speculative_config = types.SimpleNamespace(num_speculative_tokens=20, parallel_drafting=False)
+    try:
+        monkeypatch.setattr(ops, "load_backend", lambda name: wide)
+        assert TQMetadataBuilder.get_cudagraph_support(vllm_config, spec) == AttentionCGSupport.UNIFORM_BATCH
+
+        def missing(name):
+            raise tq_core.BackendUnavailableError(f"backend {name!r} is not installed")
+
+        monkeypatch.setattr(ops, "load_backend", missing)
+        expected = AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE  # 21 > the fallback 16
+        assert TQMetadataBuilder.get_cudagraph_support(vllm_config, spec) == expected
+    finally:
+        vllm_config.speculative_config = None
 
 
 @pytest.mark.parametrize(

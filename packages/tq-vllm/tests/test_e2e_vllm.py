@@ -30,7 +30,7 @@ differences say nothing about tq. What the test asserts instead:
 
 The model is fixed (seed 0; ``TQ_E2E_MODEL_SEED`` picks another) and so are the prompts,
 built so that a prefix-cache hit, mixed prefill/decode batches and accepted drafts all
-occur; the tests assert each of them (all hold for seeds 0, 1 and 2).
+occur; the tests assert each of them (all hold for model seeds 0, 1 and 2).
 """
 
 from __future__ import annotations

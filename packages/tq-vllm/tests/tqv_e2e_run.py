@@ -41,10 +41,11 @@ class DecodeCheck:
 
     It takes each request's query rows, q_len ``Q``, seq_len ``S`` and prefill flag from
     vLLM's own batch metadata (not from tq's plan), reads the first ``S`` cached tokens
-    through vLLM's block table, dequantizes them with tq_core, and computes row ``i`` as
-    plain softmax attention over the first ``S - Q + i + 1`` tokens (GQA: query head j reads
-    kv head j // group). The error of a row is max |tq - reference| over its heads and
-    dims, divided by the request's max |V|. tq's outputs are rounded to the model dtype
+    through vLLM's block table, decoded by ``tq_core.contract.gather_kv``, and computes
+    row ``i`` with tq-core's kit ``dense_attention``: plain softmax attention over the
+    first ``S - Q + i + 1`` tokens (GQA: query head j reads kv head j // group). The error
+    of a row is max |tq - reference| over its heads and dims, divided by the request's
+    max |V| (``attention_error`` with that scale). tq's outputs are rounded to the model dtype
     (bf16: relative 2^-9), so correct code stays near 2e-3 on any host; a row that sees
     one token more or one token less is off by that token's attention weight times a V
     difference.
@@ -78,10 +79,8 @@ class DecodeCheck:
         backend.TQAttentionImpl.forward = checked_forward
 
     def check(self, impl, query, kv_cache, md, out) -> None:
-        import torch
-
-        import tq_core
-        from tq_core.paged import read_fields
+        from tq_core.contract import gather_kv
+        from tq_core.testing import attention_error, dense_attention
         from tq_vllm.ops import tq_cache_view
 
         qsl, seq_lens, prefilling = md.tqv_requests
@@ -89,26 +88,19 @@ class DecodeCheck:
             chunks = {c.req for c in md.plan.chunks}
             prefilling = [r in chunks for r in range(len(seq_lens))]
         cache = tq_cache_view(kv_cache)
-        _, bs, hk, _ = cache.shape
-        views = tq_core.block_fields(cache, impl.preset.block_layout(impl.head_size, bs, hk))
-        q_all = query.view(-1, impl.num_heads, impl.head_size).double()
-        o_all = out.view(-1, impl.num_heads, impl.head_size).double()
-        group = impl.num_heads // impl.num_kv_heads
+        q_all = query.view(-1, impl.num_heads, impl.head_size)
+        o_all = out.view(-1, impl.num_heads, impl.head_size)
         for r, seq_len in enumerate(seq_lens):
             q0, q1 = qsl[r], qsl[r + 1]
             if prefilling[r] or q1 == q0:
                 continue
-            pos = torch.arange(seq_len)
-            enc = read_fields(views, md.block_table[r].long()[pos // bs], pos % bs)
-            kv = tq_core.decode_fields(enc, impl.preset, impl.head_size)  # [S, Hk, d] each
-            k, v = (t.double().repeat_interleave(group, dim=1) for t in kv)  # [S, Hq, d]
+            k, v = gather_kv(cache, md.block_table[r], seq_len, impl.preset, impl.head_size)  # [S, Hk, d]
+            # row i sees the first seq_len - q_len + i + 1 tokens (its own included)
+            ref = dense_attention(q_all[q0:q1], k, v, [seq_len], [q1 - q0], impl.scale)
             v_scale = float(v.abs().max())
             kind = "verify" if q1 - q0 > 1 else "decode"
             for i in range(q1 - q0):
-                n = seq_len - (q1 - q0) + i + 1  # tokens up to and including this row's own
-                s = torch.einsum("hd,shd->hs", q_all[q0 + i], k[:n]) * impl.scale
-                ref = torch.einsum("hs,shd->hd", torch.softmax(s, dim=-1), v[:n])
-                err = float((o_all[q0 + i] - ref).abs().max()) / v_scale
+                err = attention_error(o_all[q0 + i], ref[i], scale=v_scale)
                 self.rows[kind] += 1
                 if err > self.max_err[kind]:
                     self.max_err[kind] = err

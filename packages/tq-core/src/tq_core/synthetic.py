@@ -67,13 +67,35 @@ class SyntheticKV:
         self.value_mean = torch.randn(h, d, generator=g) * self.value_offset
         self.value_std = 0.5 + torch.rand(h, 1, generator=g)
 
+    def _noise(self, shape: tuple[int, ...], device: torch.device | str, on_device: bool) -> torch.Tensor:
+        if not on_device or torch.device(device).type == "cpu":
+            return torch.randn(shape, generator=self._gen)
+        # one draw from the CPU generator seeds the device's: the sequence stays reproducible
+        # on one kind of device, and gigabytes of noise never pass through the host
+        seed = int(torch.randint(0, 2**62, (1,), generator=self._gen))
+        dev_gen = torch.Generator(device=device).manual_seed(seed)
+        return torch.randn(shape, generator=dev_gen, device=device)
+
     def kv(
-        self, num_tokens: int, *, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+        self,
+        num_tokens: int,
+        *,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        on_device: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(key, value)``, each ``[num_tokens, num_kv_heads, head_dim]``."""
-        g, h, d = self._gen, self.num_kv_heads, self.head_dim
-        k = self.key_mean + self.key_scale * torch.randn(num_tokens, h, d, generator=g)
-        v = self.value_mean + self.value_std * torch.randn(num_tokens, h, d, generator=g)
+        """``(key, value)``, each ``[num_tokens, num_kv_heads, head_dim]``.
+
+        ``on_device=True`` draws the noise with a generator on ``device`` (seeded from this
+        one): far faster for benchmark-sized batches, but the values then depend on the
+        device's random number generator, not only on the seed.
+        """
+        h, d = self.num_kv_heads, self.head_dim
+        dev = torch.device(device) if on_device else torch.device("cpu")
+        zk = self._noise((num_tokens, h, d), device, on_device)
+        zv = self._noise((num_tokens, h, d), device, on_device)
+        k = self.key_mean.to(dev) + self.key_scale.to(dev) * zk
+        v = self.value_mean.to(dev) + self.value_std.to(dev) * zv
         return k.to(device=device, dtype=dtype), v.to(device=device, dtype=dtype)
 
     def query(

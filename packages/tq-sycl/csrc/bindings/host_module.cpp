@@ -28,9 +28,10 @@ void attention(const py::dict& args) {
   tq::host::attention(p);
 }
 
-py::dict block_layout(const py::dict& args) {
+// The preset and layout fields as the C++ side reads them from an argument dict.
+py::dict kernel_fields(const py::dict& args) {
   const tq::Preset pr = tq::bindings::preset_from_dict(args);
-  return tq::bindings::layout_to_dict(tq::bindings::layout_from_dict(args, pr));
+  return tq::bindings::fields_to_dict(pr, tq::bindings::layout_from_dict(args, pr));
 }
 
 // Dequantised K (rotated domain for Lloyd-Max presets) and V of every token of one
@@ -84,7 +85,7 @@ PYBIND11_MODULE(_host, m) {
   m.def("backend", [] { return std::string("host"); });
   m.def("kernels", [] { return std::vector<std::string>{"host"}; });
   m.def("attention", &attention, py::arg("args"));
-  m.def("block_layout", &block_layout, py::arg("args"));
+  m.def("kernel_fields", &kernel_fields, py::arg("args"));
   m.def("dequant_block", &dequant_block, py::arg("args"), py::arg("block"), py::arg("head"));
   m.def("half_to_float", &half_to_float);
   m.def("float_to_half", &float_to_half);

@@ -1,6 +1,7 @@
 // Builds tq::AttentionParams from the dict the Python side sends (tq_sycl.kernel_args).
 // The same dict shape serves the host module, the in-process SYCL module and the
-// bridge child, so one validated description of a call exists.
+// bridge child, so one validated description of a call exists. The layout fields are
+// tq-core's (tq_core.layout.KernelFields), copied, never derived here.
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "tq/head_dim.hpp"
 #include "tq/numeric.hpp"
 #include "tq/params.hpp"
 
@@ -47,15 +49,36 @@ inline Preset preset_from_dict(const py::dict& a) {
   return pr;
 }
 
+// The field offsets and widths tq-core computed (tq_core.layout.KernelFields), checked
+// only so that a malformed dict cannot address memory outside a head region.
 inline BlockLayout layout_from_dict(const py::dict& a, const Preset& pr) {
   BlockLayout l{};
-  const int32_t head_dim = get<int32_t>(a, "head_dim");
-  const int32_t block_size = get<int32_t>(a, "block_size");
-  const int32_t num_kv_heads = get<int32_t>(a, "num_kv_heads");
-  if (head_dim < 16 || head_dim % 32 != 0 || block_size < 1 || num_kv_heads < 1)
-    throw py::value_error("attention args: head_dim must be a multiple of 32, block_size and num_kv_heads >= 1");
-  if (!make_block_layout(pr, head_dim, block_size, num_kv_heads, &l))
-    throw py::value_error("attention args: block_size too small for tq's aligned block layout");
+  l.head_dim = get<int32_t>(a, "head_dim");
+  l.block_size = get<int32_t>(a, "block_size");
+  l.head_stride = get<int64_t>(a, "head_stride");
+  l.key_offset = get<int64_t>(a, "key_offset");
+  l.key_width = get<int32_t>(a, "key_width");
+  l.norm_offset = get<int64_t>(a, "norm_offset");
+  l.value_offset = get<int64_t>(a, "value_offset");
+  l.value_width = get<int32_t>(a, "value_width");
+  l.scale_offset = get<int64_t>(a, "scale_offset");
+  l.zero_offset = get<int64_t>(a, "zero_offset");
+  dispatch_head_dim(l.head_dim, "attention args", [](auto) {});
+  if (l.block_size < 1) throw py::value_error("attention args: block_size must be >= 1");
+  if ((pr.key_fp8 != 0) != (l.norm_offset < 0))
+    throw py::value_error("attention args: norm_offset must be -1 exactly for fp8 keys");
+  const int64_t key_bytes = (static_cast<int64_t>(l.head_dim) * pr.key_bits + 7) / 8;
+  const int64_t value_bytes = (static_cast<int64_t>(l.head_dim) * pr.value_bits + 7) / 8;
+  if (l.key_width < key_bytes || l.value_width < value_bytes)
+    throw py::value_error("attention args: key_width/value_width are smaller than head_dim codes");
+  const int64_t b = l.block_size;
+  const auto inside = [&](int64_t offset, int64_t width) {
+    return offset >= 0 && offset + b * width <= l.head_stride;
+  };
+  if (!inside(l.key_offset, l.key_width) || (l.norm_offset >= 0 && !inside(l.norm_offset, kHalfWidth)) ||
+      !inside(l.value_offset, l.value_width) || !inside(l.scale_offset, kHalfWidth) ||
+      !inside(l.zero_offset, kHalfWidth))
+    throw py::value_error("attention args: a field's block_size entries pass head_stride");
   return l;
 }
 
@@ -104,22 +127,24 @@ inline AttentionParams params_from_dict(const py::dict& a) {
   return p;
 }
 
-inline py::dict layout_to_dict(const BlockLayout& l) {
+// What preset_from_dict and layout_from_dict read, under the same keys (the tests hold
+// it to the tq_core.layout.KernelFields it was given).
+inline py::dict fields_to_dict(const Preset& pr, const BlockLayout& l) {
   py::dict d;
+  d["key_fp8"] = pr.key_fp8;
+  d["key_bits"] = pr.key_bits;
+  d["value_bits"] = pr.value_bits;
+  d["norm_correction"] = pr.norm_correction;
   d["head_dim"] = l.head_dim;
   d["block_size"] = l.block_size;
-  d["num_kv_heads"] = l.num_kv_heads;
-  d["slot_size_aligned"] = l.slot_size_aligned;
-  d["key_code_bytes"] = l.key_code_bytes;
-  d["value_code_bytes"] = l.value_code_bytes;
+  d["head_stride"] = l.head_stride;
   d["key_offset"] = l.key_offset;
-  d["norm_offset"] = l.norm_offset < 0 ? py::none() : py::cast(l.norm_offset);
+  d["key_width"] = l.key_width;
+  d["norm_offset"] = l.norm_offset;
   d["value_offset"] = l.value_offset;
+  d["value_width"] = l.value_width;
   d["scale_offset"] = l.scale_offset;
   d["zero_offset"] = l.zero_offset;
-  d["used_bytes"] = l.used_bytes;
-  d["head_stride"] = l.head_stride();
-  d["block_bytes"] = l.block_bytes();
   return d;
 }
 

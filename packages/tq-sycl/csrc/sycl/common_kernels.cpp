@@ -90,23 +90,13 @@ sycl::event merge_d(sycl::queue& q, const AttentionParams& p) {
 }  // namespace
 
 sycl::event rotate_queries(sycl::queue& q, const AttentionParams& p) {
-  switch (p.layout.head_dim) {
-    case 64: return rotate_d<64>(q, p);
-    case 128: return rotate_d<128>(q, p);
-    case 256: return rotate_d<256>(q, p);
-    case 512: return rotate_d<512>(q, p);
-    default: throw std::runtime_error("tq_sycl: head_dim must be 64, 128, 256 or 512");
-  }
+  return dispatch_head_dim(p.layout.head_dim, "tq_sycl",
+                           [&](auto d) { return rotate_d<decltype(d)::value>(q, p); });
 }
 
 sycl::event merge_splits(sycl::queue& q, const AttentionParams& p) {
-  switch (p.layout.head_dim) {
-    case 64: return merge_d<64>(q, p);
-    case 128: return merge_d<128>(q, p);
-    case 256: return merge_d<256>(q, p);
-    case 512: return merge_d<512>(q, p);
-    default: throw std::runtime_error("tq_sycl: head_dim must be 64, 128, 256 or 512");
-  }
+  return dispatch_head_dim(p.layout.head_dim, "tq_sycl",
+                           [&](auto d) { return merge_d<decltype(d)::value>(q, p); });
 }
 
 void require_local_memory(const sycl::queue& q, size_t bytes, const char* kernel) {

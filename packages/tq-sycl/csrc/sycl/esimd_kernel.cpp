@@ -135,8 +135,8 @@ sycl::event esimd_dkv(sycl::queue& q, const AttentionParams& p) {
               const uint8_t* region = head_region(pp.cache, pp.cache_block_stride, blk, head, lay);
               const int32_t off = pos % lay.block_size;
               const uint64_t base = static_cast<uint64_t>(region - pp.cache);
-              kaddr[j] = base + static_cast<uint64_t>(lay.key_offset + int64_t{off} * lay.key_code_bytes);
-              vaddr[j] = base + static_cast<uint64_t>(lay.value_offset + int64_t{off} * lay.value_code_bytes);
+              kaddr[j] = field_entry(base, lay.key_offset, lay.key_width, off);
+              vaddr[j] = field_entry(base, lay.value_offset, lay.value_width, off);
               vflag[j] = 1;
               if constexpr (!FP8) norm[j] = key_norm(region, off, lay);
               vscale[j] = value_scale(region, off, lay);
@@ -254,13 +254,8 @@ sycl::event esimd_d(sycl::queue& q, const AttentionParams& p) {
 }  // namespace
 
 sycl::event launch_esimd(sycl::queue& q, const AttentionParams& p) {
-  switch (p.layout.head_dim) {
-    case 64: return esimd_d<64>(q, p);
-    case 128: return esimd_d<128>(q, p);
-    case 256: return esimd_d<256>(q, p);
-    case 512: return esimd_d<512>(q, p);
-    default: throw std::runtime_error("tq_sycl esimd: head_dim must be 64, 128, 256 or 512");
-  }
+  return dispatch_head_dim(p.layout.head_dim, "tq_sycl esimd",
+                           [&](auto d) { return esimd_d<decltype(d)::value>(q, p); });
 }
 
 }  // namespace tq::sycl_impl

@@ -235,13 +235,8 @@ sycl::event jm_d(sycl::queue& q, const AttentionParams& p) {
 }  // namespace
 
 sycl::event launch_jm(sycl::queue& q, const AttentionParams& p) {
-  switch (p.layout.head_dim) {
-    case 64: return jm_d<64>(q, p);
-    case 128: return jm_d<128>(q, p);
-    case 256: return jm_d<256>(q, p);
-    case 512: return jm_d<512>(q, p);
-    default: throw std::runtime_error("tq_sycl jm: head_dim must be 64, 128, 256 or 512");
-  }
+  return dispatch_head_dim(p.layout.head_dim, "tq_sycl jm",
+                           [&](auto d) { return jm_d<decltype(d)::value>(q, p); });
 }
 
 }  // namespace tq::sycl_impl

@@ -167,13 +167,8 @@ sycl::event scalar_d(sycl::queue& q, const AttentionParams& p) {
 }  // namespace
 
 sycl::event launch_scalar(sycl::queue& q, const AttentionParams& p) {
-  switch (p.layout.head_dim) {
-    case 64: return scalar_d<64>(q, p);
-    case 128: return scalar_d<128>(q, p);
-    case 256: return scalar_d<256>(q, p);
-    case 512: return scalar_d<512>(q, p);
-    default: throw std::runtime_error("tq_sycl scalar: head_dim must be 64, 128, 256 or 512");
-  }
+  return dispatch_head_dim(p.layout.head_dim, "tq_sycl scalar",
+                           [&](auto d) { return scalar_d<decltype(d)::value>(q, p); });
 }
 
 }  // namespace tq::sycl_impl

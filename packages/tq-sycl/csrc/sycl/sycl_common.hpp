@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "tq/head_dim.hpp"
 #include "tq/params.hpp"
 
 namespace tq::sycl_impl {

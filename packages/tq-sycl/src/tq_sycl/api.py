@@ -15,7 +15,7 @@ import threading
 
 import torch
 
-from tq_core.checks import check_attention_args
+from tq_core.contract import AttentionArgs
 from tq_core.errors import BackendUnavailableError, DeviceError
 from tq_core.presets import Preset
 
@@ -53,33 +53,34 @@ def attention(
         return host_attention(
             query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, num_splits=num_splits
         )
-    # shapes, dtypes and devices first (no device reads), so a bad argument is reported
-    # as such even where no SYCL build exists
-    check_attention_args(
-        query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, check_values=False
-    )
+    # validated here, once, before looking for a build: a bad argument is reported as
+    # such even where no SYCL build exists
+    checked = kernel_args.validate(query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out)
     device = query.device
     reasons: list[str] = []
     if device.type == "xpu":
         try:
             mod = extensions.stock_module()
             if kernel in mod.kernels():
-                return _stock_attention(
-                    mod, kernel, query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, num_splits
-                )
+                tensors = (query, kv_cache, block_table, seq_lens, query_start_loc)
+                return _stock_attention(mod, kernel, checked, *tensors, scale, out, num_splits)
             reasons.append(f"tq_sycl._stock holds {list(mod.kernels())}, not {kernel!r}")
         except BackendUnavailableError as exc:
             reasons.append(str(exc))
     bridge = _nightly_bridge(reasons)
     if bridge is not None:
         if kernel in bridge.kernels:
-            splits = num_splits if num_splits is not None else (tuning.env_num_splits() or 1)
             call = kernel_args.prepare(
-                query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, splits
+                checked, query, kv_cache, block_table, seq_lens, query_start_loc, scale, out, _splits(num_splits)
             )
             return bridge.attention(call, kernel)
         reasons.append(f"the nightly bridge child holds {bridge.kernels}, not {kernel!r}")
     raise BackendUnavailableError(f"kernel={kernel!r} cannot run here: " + "; ".join(reasons))
+
+
+def _splits(num_splits: int | None) -> int:
+    """The caller's split count, else ``TQ_SYCL_NUM_SPLITS``, else 1 (host and bridge calls)."""
+    return num_splits if num_splits is not None else (tuning.env_num_splits() or 1)
 
 
 def host_attention(
@@ -97,8 +98,10 @@ def host_attention(
     """The host core on CPU tensors (what ``kernel="host"`` runs)."""
     if isinstance(query, torch.Tensor) and query.device.type != "cpu":
         raise DeviceError(f"query: is on {query.device}; kernel='host' runs on CPU tensors")
-    splits = num_splits if num_splits is not None else (tuning.env_num_splits() or 1)
-    call = kernel_args.prepare(query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, splits)
+    checked = kernel_args.validate(query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out)
+    call = kernel_args.prepare(
+        checked, query, kv_cache, block_table, seq_lens, query_start_loc, scale, out, _splits(num_splits)
+    )
     extensions.host_module().attention(call.args)
     return call.finish()
 
@@ -106,12 +109,12 @@ def host_attention(
 def _stock_attention(
     mod,
     kernel: str,
+    checked: AttentionArgs,
     query: torch.Tensor,
     kv_cache: torch.Tensor,
     block_table: torch.Tensor,
     seq_lens: torch.Tensor,
     query_start_loc: torch.Tensor,
-    preset: str | Preset,
     scale: float,
     out: torch.Tensor | None,
     num_splits: int | None,
@@ -124,7 +127,7 @@ def _stock_attention(
         if num_splits is not None
         else tuning.choose_num_splits(torch.xpu.get_device_name(query.device), tiles * hk)
     )
-    call = kernel_args.prepare(query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, splits)
+    call = kernel_args.prepare(checked, query, kv_cache, block_table, seq_lens, query_start_loc, scale, out, splits)
     rows = tiles * hk * splits * kernel_args.ROWS_PER_TILE
     # torch's caching allocator: no device sync, reused across calls
     q_rot = torch.empty(nq * hq * d, dtype=torch.float32, device=query.device)

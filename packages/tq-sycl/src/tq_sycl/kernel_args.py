@@ -1,8 +1,10 @@
 """The argument dict every compiled implementation takes (see csrc/bindings/params_from_dict.hpp).
 
-``prepare()`` validates a call with tq_core's checks, normalises the tensors the kernels
-read (int32 metadata, last dim contiguous) and records raw pointers plus strides. The
-returned :class:`PreparedCall` keeps every tensor it points into alive.
+A call is validated once, by :func:`validate` (tq_core's contract); ``prepare()`` takes
+that result, normalises the tensors the kernels read (int32 metadata, last dim
+contiguous) and records raw pointers, strides and tq-core's layout fields
+(:class:`tq_core.contract.KernelFields`, copied, never derived here). The returned
+:class:`PreparedCall` keeps every tensor it points into alive.
 """
 
 from __future__ import annotations
@@ -13,13 +15,30 @@ from typing import Any
 
 import torch
 
-from tq_core.checks import AttentionArgs, check_attention_args, debug_enabled
 from tq_core.codec import key_codebook
+from tq_core.contract import AttentionArgs, KernelFields, check_attention_args, debug_enabled
 from tq_core.presets import Preset
 
 # element dtype codes shared with csrc/include/tq/numeric.hpp
 DTYPE_CODES: dict[torch.dtype, int] = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 ROWS_PER_TILE = 16  # csrc/include/tq/params.hpp kRowsPerTile
+# KernelFields the C++ side reads (csrc/bindings/params_from_dict.hpp), under the same names
+FIELD_NAMES = (
+    "head_dim",
+    "block_size",
+    "head_stride",
+    "key_fp8",
+    "key_bits",
+    "value_bits",
+    "norm_correction",
+    "key_offset",
+    "key_width",
+    "norm_offset",
+    "value_offset",
+    "value_width",
+    "scale_offset",
+    "zero_offset",
+)
 
 
 @dataclass
@@ -60,7 +79,7 @@ def _int32(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.int32).contiguous()
 
 
-def prepare(
+def validate(
     query: torch.Tensor,
     kv_cache: torch.Tensor,
     block_table: torch.Tensor,
@@ -69,23 +88,41 @@ def prepare(
     preset: str | Preset,
     scale: float,
     out: torch.Tensor | None,
-    num_splits: int,
     *,
     check_values: bool | None = None,
-) -> PreparedCall:
-    """Validate (tq_core's rules and messages) and build the argument dict.
+) -> AttentionArgs:
+    """tq_core's checks (rules and messages) of one attention call; the only validation it gets.
 
     ``check_values`` (metadata value checks, which read device memory) defaults to on for
     CPU tensors and to ``TQ_DEBUG=1`` elsewhere, so the device path never syncs.
     """
     if check_values is None:
         check_values = (isinstance(query, torch.Tensor) and query.device.type == "cpu") or debug_enabled()
-    checked = check_attention_args(
+    return check_attention_args(
         query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, check_values=check_values
     )
+
+
+def field_args(fields: KernelFields) -> dict[str, int]:
+    """The layout and preset fields of the argument dict, as tq-core computed them."""
+    return {name: int(getattr(fields, name)) for name in FIELD_NAMES}
+
+
+def prepare(
+    checked: AttentionArgs,
+    query: torch.Tensor,
+    kv_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    scale: float,
+    out: torch.Tensor | None,
+    num_splits: int,
+) -> PreparedCall:
+    """The argument dict of a call :func:`validate` accepted (``checked`` is its result)."""
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 1 <= num_splits <= 256:
         raise ValueError(f"num_splits={num_splits!r}: expected an int in 1..256")
-    p, lay = checked.preset, checked.layout
+    p = checked.preset
     q = _last_dim_contiguous(query)
     result = out if out is not None else torch.empty_like(query)
     kernel_out = result if result.stride(-1) == 1 else torch.empty_like(result, memory_format=torch.contiguous_format)
@@ -112,28 +149,10 @@ def prepare(
         "num_q_tokens": q.shape[0],
         "num_q_heads": checked.num_q_heads,
         "num_kv_heads": checked.num_kv_heads,
-        "head_dim": checked.head_dim,
-        "block_size": lay.block_size,
-        "key_fp8": int(p.key_is_fp8),
-        "key_bits": p.key_bits,
-        "value_bits": p.value_bits,
-        "norm_correction": int(p.norm_correction),
+        **field_args(checked.fields),
         "centroids": 0 if cent is None else cent.data_ptr(),
         "scale": float(scale),
         "num_splits": num_splits,
         "rows_per_tile": ROWS_PER_TILE,
     }
     return PreparedCall(args, checked, q, kv_cache, bt, sl, qsl, cent, kernel_out, result)
-
-
-def layout_args(preset: Preset, head_dim: int, block_size: int, num_kv_heads: int) -> dict[str, Any]:
-    """The preset/layout subset of the dict (for ``_host.block_layout``)."""
-    return {
-        "key_fp8": int(preset.key_is_fp8),
-        "key_bits": preset.key_bits,
-        "value_bits": preset.value_bits,
-        "norm_correction": int(preset.norm_correction),
-        "head_dim": head_dim,
-        "block_size": block_size,
-        "num_kv_heads": num_kv_heads,
-    }

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 
-from tq_core.errors import TQError
+from tq_core.errors import TuningError
 
 # device-name substring -> (programs to aim for per launch, most splits)
 TABLE: dict[str, tuple[int, int]] = {
@@ -21,10 +21,6 @@ TABLE: dict[str, tuple[int, int]] = {
     "Data Center GPU Max": (1024, 32),  # PVC
     "": (256, 16),  # anything else
 }
-
-
-class TuningError(TQError, ValueError):
-    """A malformed tuning override."""
 
 
 def env_num_splits() -> int | None:

@@ -2,6 +2,7 @@
 
 ``store`` and ``attention`` have the same names and signatures as in ``tq_core``; CPU
 tensors run only under ``TRITON_INTERPRET=1`` (set before import), otherwise they raise.
+``MAX_QUERY_LEN`` is the longest q_len per request the attention tiles are planned for.
 Importing this package also registers ``torch.ops.tq.store``, ``torch.ops.tq.attention``
 and ``torch.ops.tq.attention_out``.
 """
@@ -18,8 +19,8 @@ except ModuleNotFoundError as exc:
 
 from . import torch_ops  # noqa: F401  (registers the torch operators)
 from .__about__ import __version__
-from .attention import attention
+from .attention import MAX_QUERY_LEN, attention
 from .store import store
 from .tuning import AttentionConfig, StoreConfig, TuningError
 
-__all__ = ["AttentionConfig", "StoreConfig", "TuningError", "__version__", "attention", "store"]
+__all__ = ["MAX_QUERY_LEN", "AttentionConfig", "StoreConfig", "TuningError", "__version__", "attention", "store"]

@@ -1,19 +1,21 @@
 """Benchmark cases and timers shared by ``tq bench``, ``tq sweep`` and the device scripts.
 
 A case is a named shape (batch, heads, head_dim, sequence and query lengths); building
-it fills a paged cache through ``tq_triton.store`` from random bf16 keys and values with
-LLM-like key statistics, over a shuffled block table as a long-running server has.
+it fills a paged cache through ``tq_triton.store`` with bf16 keys and values of LLM-like
+statistics (``tq_core.synthetic.SyntheticKV``), over a shuffled block table as a
+long-running server has (``tq_core.testing.block_tables``).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
 
 from tq_core import get_preset
+from tq_core.synthetic import SyntheticKV
+from tq_core.testing import block_tables
 
 from .attention import attention
 from .store import store
@@ -86,56 +88,39 @@ class Case:
         return sum(self.shape.request_seq_lens()) * self.shape.kv_heads * self.shape.head_dim * 2 * 2
 
 
-def llm_like_kv(
-    n: int, heads: int, d: int, gen: torch.Generator, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Keys with a few high-magnitude channels (as real LLM keys have), Gaussian values, bf16."""
-    k = torch.randn(n, heads, d, generator=gen, device=device)
-    hot = torch.randperm(d, generator=gen, device=device)[:4]
-    k[..., hot] *= 8.0
-    k += 0.5 * torch.randn(1, heads, d, generator=gen, device=device)
-    v = torch.randn(n, heads, d, generator=gen, device=device)
-    return k.to(torch.bfloat16), v.to(torch.bfloat16)
-
-
 def build_case(shape: Shape, preset: str, device: torch.device, seed: int = 0, dense: bool = False) -> Case:
-    gen = torch.Generator(device=device).manual_seed(seed)
+    """The shape's batch: :class:`tq_core.synthetic.SyntheticKV` keys, values and queries (bf16),
+    stored by ``tq_triton.store`` over the shuffled blocks of ``tq_core.testing.block_tables``.
+    ``dense`` also keeps the bf16 K/V for the bf16 baselines."""
+    gen = torch.Generator().manual_seed(seed)
     bs = shape.block_size
     seq = shape.request_seq_lens()
     qls = shape.request_q_lens()
-    blocks_per = [math.ceil(s / bs) for s in seq]
-    max_blocks = max(blocks_per)
-    total_blocks = sum(blocks_per)
     p = get_preset(preset)
+    num_blocks, table, slots = block_tables(gen, seq, bs, spare_blocks=0, unused="real")
     slot = p.layout(shape.head_dim).slot_size_aligned
-    cache = torch.zeros(total_blocks, bs, shape.kv_heads, slot, dtype=torch.uint8, device=device)
-    perm = torch.randperm(total_blocks, generator=gen, device=device).to(torch.int32)
-    table = torch.zeros(shape.batch, max_blocks, dtype=torch.int32, device=device)
+    cache = torch.zeros(num_blocks, bs, shape.kv_heads, slot, dtype=torch.uint8, device=device)
+    syn = SyntheticKV(shape.kv_heads, shape.head_dim, seed=seed)
     dk = dv = None
     if dense:
         dk = torch.zeros(shape.batch, shape.kv_heads, max(seq), shape.head_dim, dtype=torch.bfloat16, device=device)
         dv = torch.zeros_like(dk)
-    used = 0
-    for r, (s, nb) in enumerate(zip(seq, blocks_per, strict=True)):
-        ids = perm[used : used + nb]
-        used += nb
-        table[r, :nb] = ids
-        k, v = llm_like_kv(s, shape.kv_heads, shape.head_dim, gen, device)
-        pos = torch.arange(s, device=device)
-        slots = ids.long()[pos // bs] * bs + pos % bs
-        store(k, v, cache, slots, p)
+    first = 0
+    for r, s in enumerate(seq):
+        k, v = syn.kv(s, device=device, dtype=torch.bfloat16, on_device=True)
+        store(k, v, cache, slots[first : first + s].to(device), p)
+        first += s
         if dense:
             dk[r, :, :s] = k.transpose(0, 1)
             dv[r, :, :s] = v.transpose(0, 1)
-    nq = sum(qls)
-    query = torch.randn(nq, shape.q_heads, shape.head_dim, generator=gen, device=device).to(torch.bfloat16)
+    query = syn.query(sum(qls), shape.q_heads, device=device, dtype=torch.bfloat16)
     qsl = torch.tensor([0, *torch.tensor(qls).cumsum(0).tolist()], dtype=torch.int32, device=device)
     return Case(
         shape=shape,
         preset=preset,
         query=query,
         kv_cache=cache,
-        block_table=table,
+        block_table=table.to(device),
         seq_lens=torch.tensor(seq, dtype=torch.int32, device=device),
         query_start_loc=qsl,
         scale=shape.head_dim**-0.5,
@@ -143,6 +128,18 @@ def build_case(shape: Shape, preset: str, device: torch.device, seed: int = 0, d
         dense_k=dk,
         dense_v=dv,
     )
+
+
+def store_inputs(
+    num_tokens: int, num_kv_heads: int, head_dim: int, device: torch.device, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """bf16 :class:`~tq_core.synthetic.SyntheticKV` keys and values and a shuffled slot for each
+    token, for timing the store into a cache of exactly ``num_tokens`` slots."""
+    k, v = SyntheticKV(num_kv_heads, head_dim, seed=seed).kv(
+        num_tokens, device=device, dtype=torch.bfloat16, on_device=True
+    )
+    slots = torch.randperm(num_tokens, generator=torch.Generator().manual_seed(seed)).to(device)
+    return k, v, slots
 
 
 def run_tq(
@@ -302,7 +299,7 @@ def copy_bandwidth_gbs(device: torch.device, nbytes: int = 2 << 30) -> float:
     """Device-to-device copy bandwidth, bytes read plus written, in GB/s."""
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
     dst = torch.empty_like(src)
-    # eager on purpose: a graph of back-to-back 2 GB copies was measured 35% low on an H200
+    # eager on purpose: timed in a CUDA graph, back-to-back 2 GB copies read about 35% low on an H200
     t = time_ms(lambda: dst.copy_(src), warmup=5, rep=50, graph=False)
     return 2 * nbytes / (t * 1e-3) / 1e9
 

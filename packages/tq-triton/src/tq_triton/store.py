@@ -13,12 +13,13 @@ import triton
 import triton.language as tl
 
 from tq_core import Preset
-from tq_core.checks import check_store_args, debug_enabled
+from tq_core.contract import check_store_args, debug_enabled
 
-from ._bits import store_codes
-from ._rotation import fwht_rows
-from .constants import codebook, dummy, layout_constexprs
+from .bitpack import store_codes
+from .cache_fields import FP16_BYTES, field_ptr
 from .device import check_runnable
+from .device_tensors import codebook, dummy
+from .hadamard import fwht_rows
 from .tuning import StoreConfig, launch_options, store_config
 
 FP16_MAX = tl.constexpr(65504.0)
@@ -91,13 +92,13 @@ def _store_kernel(
     ok = slot >= 0
     slot = tl.where(ok, slot, 0)
     off = slot % BLOCK_SIZE
-    base = Cache + (slot // BLOCK_SIZE) * stride_blk + h * HEAD_STRIDE
+    base = Cache + (slot // BLOCK_SIZE) * stride_blk + h * HEAD_STRIDE  # this token's (block, head)
     d = tl.arange(0, D)
 
     k = tl.load(K + t[:, None] * stride_kt + h * stride_kh + d[None, :], mask=ok[:, None], other=0.0).to(tl.float32)
     if KEY_FP8:
         k8 = _fp8_e4m3_bits(k)
-        tl.store(base[:, None] + KEY_OFF + off[:, None] * KEY_BYTES + d[None, :], k8, mask=ok[:, None])
+        tl.store(field_ptr(base[:, None], off[:, None], KEY_OFF, KEY_BYTES) + d[None, :], k8, mask=ok[:, None])
     else:
         norm = tl.sqrt(tl.sum(k * k, axis=1))
         y = fwht_rows(k, BLOCK_T, D, LOG2_D)
@@ -105,9 +106,9 @@ def _store_kernel(
         inv = tl.where(norm > 0, 1.0 / (tl.where(norm > 0, norm, 1.0) * tl.sqrt(D * 1.0)), 0.0)
         u = y * inv[:, None]
         codes = codebook_codes(u, Bounds, NUM_BOUNDS)
-        kptr = (base + KEY_OFF + off * KEY_BYTES).to(tl.pointer_type(tl.int32))
+        kptr = field_ptr(base, off, KEY_OFF, KEY_BYTES).to(tl.pointer_type(tl.int32))
         store_codes(kptr, ok, codes, KBITS, D, BLOCK_T)
-        nptr = (base + NORM_OFF + off * 2).to(tl.pointer_type(tl.float16))
+        nptr = field_ptr(base, off, NORM_OFF, FP16_BYTES).to(tl.pointer_type(tl.float16))
         tl.store(nptr, tl.minimum(norm, FP16_MAX).to(tl.float16), mask=ok)
 
     v = tl.load(V + t[:, None] * stride_vt + h * stride_vh + d[None, :], mask=ok[:, None], other=0.0).to(tl.float32)
@@ -121,10 +122,10 @@ def _store_kernel(
     q = tl.floor((v - zero16.to(tl.float32)[:, None]) / safe[:, None] + 0.5)
     q = tl.minimum(tl.maximum(q, 0.0), LEVELS * 1.0)
     q = tl.where(scale[:, None] > 0, q, 0.0)
-    vptr = (base + VAL_OFF + off * VAL_BYTES).to(tl.pointer_type(tl.int32))
+    vptr = field_ptr(base, off, VAL_OFF, VAL_BYTES).to(tl.pointer_type(tl.int32))
     store_codes(vptr, ok, q.to(tl.uint32), VBITS, D, BLOCK_T)
-    tl.store((base + SCALE_OFF + off * 2).to(tl.pointer_type(tl.float16)), scale16, mask=ok)
-    tl.store((base + ZERO_OFF + off * 2).to(tl.pointer_type(tl.float16)), zero16, mask=ok)
+    tl.store(field_ptr(base, off, SCALE_OFF, FP16_BYTES).to(tl.pointer_type(tl.float16)), scale16, mask=ok)
+    tl.store(field_ptr(base, off, ZERO_OFF, FP16_BYTES).to(tl.pointer_type(tl.float16)), zero16, mask=ok)
 
 
 def store(
@@ -147,7 +148,7 @@ def store(
         key = key.contiguous()
     if value.stride(2) != 1:
         value = value.contiguous()
-    p, lay = args.preset, args.layout
+    p = args.preset
     bounds = dummy(key.device) if p.key_is_fp8 else codebook(p, d, key.device)[1]
     cfg = config or store_config(key.device, p.name)
     grid = (triton.cdiv(n, cfg.block_t), h)
@@ -163,7 +164,7 @@ def store(
         value.stride(0),
         value.stride(1),
         kv_cache.stride(0),
-        **layout_constexprs(p, lay),
+        **args.fields.constexprs(),
         NUM_BOUNDS=0 if p.key_is_fp8 else (1 << p.key_bits) - 1,
         BLOCK_T=cfg.block_t,
         num_warps=cfg.num_warps,

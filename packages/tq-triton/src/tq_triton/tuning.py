@@ -23,13 +23,9 @@ from typing import Any
 
 import torch
 
-from tq_core import TQError
+from tq_core.errors import TuningError
 
 from .device import device_key
-
-
-class TuningError(TQError, ValueError):
-    """A malformed tuning table or environment override."""
 
 
 @dataclass(frozen=True)

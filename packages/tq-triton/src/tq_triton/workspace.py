@@ -21,8 +21,3 @@ def buffer(device: torch.device, name: str, numel: int) -> torch.Tensor:
         buf = torch.empty(size, dtype=torch.float32, device=device)
         _BUFFERS[key] = buf
     return buf[:numel]
-
-
-def release() -> None:
-    """Free the cached buffers (the next call allocates again)."""
-    _BUFFERS.clear()

@@ -3,30 +3,31 @@
 | variable | effect |
 |---|---|
 | ``TQ_VLLM_DISABLE=1`` | register nothing: vLLM's own TurboQuant backend (cuda/xpu) or its CPU attention runs |
-| ``TQ_VLLM_IMPL=auto|triton|core`` | kernels: ``auto`` = tq-triton on cuda/xpu, tq-core on CPU |
+| ``TQ_VLLM_IMPL=auto|triton|core`` | backend: ``auto`` = tq-triton on cuda/xpu, tq-core on CPU |
 | ``TQ_VLLM_IGNORE_VERSION=1`` | register even on a vLLM version outside ``SUPPORTED_VLLM`` |
 | ``TQ_VLLM_STATS=PATH`` | at exit, each process writes its call counters as JSON to ``PATH.<pid>.json`` |
 
-tq-core's ``TQ_DEBUG=1`` (metadata range checks in the fast kernels) applies as well.
+The on/off switches are read by :func:`tq_core.contract.env_flag`, tq's one parser of
+them (``1/true/yes/on`` on, ``0/false/no/off`` or empty off, any other value a
+``ValueError``). tq-core's ``TQ_DEBUG=1`` (metadata range checks in the fast kernels)
+applies as well.
 """
 
 from __future__ import annotations
 
 import os
 
+from tq_core.contract import env_flag
+
 IMPL_CHOICES = ("auto", "triton", "core")
 
 
-def _flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
-
-
 def disabled() -> bool:
-    return _flag("TQ_VLLM_DISABLE")
+    return env_flag("TQ_VLLM_DISABLE")
 
 
 def ignore_version() -> bool:
-    return _flag("TQ_VLLM_IGNORE_VERSION")
+    return env_flag("TQ_VLLM_IGNORE_VERSION")
 
 
 def impl_choice() -> str:

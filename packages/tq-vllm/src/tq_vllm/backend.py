@@ -1,9 +1,10 @@
 """tq's attention backend for vLLM's ``turboquant_*`` KV-cache dtypes (vLLM 0.32 / 0.33).
 
-It owns both halves of the cache: ``do_kv_cache_update`` stores with ``tq_triton.store``
-/ ``tq_core.store`` and ``forward`` reads with the matching ``attention`` (tq arranges the
-bytes inside each block its own way, so vLLM's TurboQuant kernels must never see this
-cache). vLLM imports this module only when it resolves the ``TURBOQUANT`` backend.
+It owns both halves of the cache: ``do_kv_cache_update`` stores with the selected tq
+backend's ``store`` (tq-triton on cuda/xpu, tq-core on CPU; see :mod:`tq_vllm.ops`) and
+``forward`` reads with the same backend's ``attention`` (tq arranges the bytes inside each
+block its own way, so vLLM's TurboQuant kernels must never see this cache). vLLM imports
+this module only when it resolves the ``TURBOQUANT`` backend.
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ from vllm.v1.attention.backend import (
 from vllm.v1.kv_cache_interface import AttentionSpec, KVCacheLayout
 
 from tq_core import PRESETS, SUPPORTED_HEAD_DIMS, DtypeError, Preset, PresetError, get_preset
+from tq_core.contract import Backend
 
 from . import _env, _stats
-from .ops import TRITON_MAX_Q_LEN, Kernels, run_batch, select_kernels, tq_cache_view
+from .ops import LayerStep, query_len_limit, run_batch, select_kernels, tq_cache_view, triton_query_len_limit
 from .plan import BatchPlan, plan_batch
 
 KV_CACHE_DTYPES = tuple(PRESETS)
@@ -149,12 +151,14 @@ class TQMetadataBuilder(AttentionMetadataBuilder[TQMetadata]):
     @classmethod
     def get_cudagraph_support(cls, vllm_config: VllmConfig, kv_cache_spec: Any) -> AttentionCGSupport:
         # uniform decode/verify batches are graph-safe while one attention call takes them
-        # whole (tq-triton: q_len <= 16); longer verify batches are cut into pieces at build
-        # time, which allocates, so only single-token decode is captured then. tq-core (the
-        # CPU path, or TQ_VLLM_IMPL=core) reads metadata on the host: never captured.
+        # whole (up to tq-triton's max_query_len per request); longer verify batches are cut
+        # into pieces at build time, which allocates, so only single-token decode is captured
+        # then. tq-core (the CPU path, or TQ_VLLM_IMPL=core) reads metadata on the host: never
+        # captured.
         if _env.impl_choice() == "core":
             return AttentionCGSupport.NEVER
-        if _max_decode_query_len(vllm_config) > TRITON_MAX_Q_LEN:
+        limit = triton_query_len_limit()
+        if limit is not None and _max_decode_query_len(vllm_config) > limit:
             return AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
         return AttentionCGSupport.UNIFORM_BATCH
 
@@ -164,7 +168,7 @@ class TQMetadataBuilder(AttentionMetadataBuilder[TQMetadata]):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         # verify requests (q_len = 1 + num_speculative_tokens) are decodes for us
         self._init_reorder_batch_threshold(1, supports_spec_as_decode=True)
-        self.kernels: Kernels = select_kernels(device)
+        self.backend: Backend = select_kernels(device)
         model_config = vllm_config.model_config
         dtype = getattr(model_config, "dtype", None)
         if dtype is not None and dtype not in TQAttentionBackend.supported_dtypes:
@@ -181,7 +185,7 @@ class TQMetadataBuilder(AttentionMetadataBuilder[TQMetadata]):
             seq_lens=cam.seq_lens,
             block_table=cam.block_table_tensor,
             decode_threshold=self.reorder_batch_threshold or 1,
-            max_q_len=self.kernels.max_q_len,
+            max_q_len=query_len_limit(self.backend),
             is_prefilling=getattr(cam, "is_prefilling", None),
             seq_lens_cpu=getattr(cam, "seq_lens_cpu_upper_bound", None),
         )
@@ -254,13 +258,13 @@ class TQAttentionImpl(AttentionImpl[TQMetadata]):
         self.logits_soft_cap = None
         self.attn_type = attn_type
         self.kv_sharing_target_layer_name = None
-        self._kernels: dict[str, Kernels] = {}
+        self._backends: dict[str, Backend] = {}
 
-    def _kernels_for(self, device: torch.device) -> Kernels:
-        k = self._kernels.get(device.type)
-        if k is None:
-            k = self._kernels[device.type] = select_kernels(device)
-        return k
+    def _backend_for(self, device: torch.device) -> Backend:
+        b = self._backends.get(device.type)
+        if b is None:
+            b = self._backends[device.type] = select_kernels(device)
+        return b
 
     def do_kv_cache_update(
         self,
@@ -274,8 +278,9 @@ class TQAttentionImpl(AttentionImpl[TQMetadata]):
         n = slot_mapping.shape[0]
         if n == 0 or kv_cache.numel() == 0:
             return
-        kernels = self._kernels_for(key.device)
-        kernels.store(key[:n], value[:n], tq_cache_view(kv_cache), slot_mapping, self.preset)
+        store = self._backend_for(key.device).store
+        assert store is not None  # select_kernels asks for a backend with a store
+        store(key[:n], value[:n], tq_cache_view(kv_cache), slot_mapping, self.preset)
         _stats.bump("store_calls")
         _stats.bump("stored_tokens", n)
         _stats.note_layer("store", getattr(layer, "layer_name", None))
@@ -298,14 +303,18 @@ class TQAttentionImpl(AttentionImpl[TQMetadata]):
             output = torch.empty(query.shape[0], self.num_heads, self.head_size, dtype=query.dtype, device=query.device)
         if attn_metadata is None or kv_cache.numel() == 0:  # profiling run
             return output.fill_(0)
-        out = output.view(-1, self.num_heads, self.head_size)
-        q = query.view(-1, self.num_heads, self.head_size)
-        cache = tq_cache_view(kv_cache)
         plan = attn_metadata.plan
-        k = None if key is None else key.view(-1, self.num_kv_heads, self.head_size)
-        v = None if value is None else value.view(-1, self.num_kv_heads, self.head_size)
-        kernels = self._kernels_for(q.device)
-        run_batch(kernels, plan, q, k, v, cache, attn_metadata.block_table, self.preset, self.scale, out)
+        step = LayerStep(
+            query=query.view(-1, self.num_heads, self.head_size),
+            key=None if key is None else key.view(-1, self.num_kv_heads, self.head_size),
+            value=None if value is None else value.view(-1, self.num_kv_heads, self.head_size),
+            kv_cache=tq_cache_view(kv_cache),
+            block_table=attn_metadata.block_table,
+            preset=self.preset,
+            scale=self.scale,
+            output=output.view(-1, self.num_heads, self.head_size),
+        )
+        run_batch(self._backend_for(query.device), plan, step)
         name = getattr(layer, "layer_name", None)
         if plan.decode is not None:
             _stats.bump("decode_calls")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ..presets import PRESETS, SUPPORTED_HEAD_DIMS, get_preset
 from .argtypes import nonnegative_int, positive_float, positive_int
+from .table import table_lines
 
 GIB = 1 << 30
 
@@ -84,12 +85,7 @@ def render(shape: ModelShape, memory_gib: float, boundary_layers: int, rows: lis
         (r.name, f"{r.bytes_per_token:,}", f"{r.tokens:,}", f"{r.ratio_vs_bf16:.2f}x", f"{r.ratio_vs_fp8:.2f}x")
         for r in rows
     ]
-    widths = [max(len(c), *(len(t[i]) for t in table)) for i, c in enumerate(cols)]
-
-    def line(cells) -> str:
-        return "  ".join(f"{c:{'<' if i == 0 else '>'}{w}}" for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
-
-    lines = [line(cols), line("-" * w for w in widths)] + [line(t) for t in table]
+    lines = table_lines(cols, table, ["<"] + [">"] * (len(cols) - 1))
     return head + "\n".join(lines)
 
 

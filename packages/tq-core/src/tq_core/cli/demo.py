@@ -14,8 +14,9 @@ reports, per format:
 
 The keys have a few high-magnitude channels and per-head offsets
 (tq_core.synthetic.SyntheticKV), the case that makes plain per-channel quantization
-fail. On cuda/xpu with tq-triton installed, tq_triton's store and attention run;
-otherwise tq_core's reference ops (the CPU is enough).
+fail. The store and attention of the installed backend that ranks highest for the
+device run (tq_core.contract.select_backend: tq-triton on cuda and xpu where it is
+installed); otherwise tq_core's reference ops (the CPU is enough).
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ from ..kv import decode_kv
 from ..paged import to_vllm_cache
 from ..presets import PRESETS, SUPPORTED_HEAD_DIMS, get_preset
 from ..synthetic import SyntheticKV
+from ..testing import block_tables
 from . import UsageError
 from .argtypes import int_at_least, positive_int
+from .table import table_lines
 
 
 @dataclass
@@ -90,7 +93,7 @@ class Batch:
     seq_lens: list[int]
     q_lens: list[int]
     block_size: int
-    block_table: torch.Tensor  # [R, max_blocks] int32
+    block_table: torch.Tensor  # [R, max_blocks + 1] int32
     slot_mapping: torch.Tensor  # [T] int64, request-major, positions ascending
     num_blocks: int
 
@@ -103,21 +106,16 @@ def _synchronize(device: torch.device) -> None:
 
 
 def make_batch(seq_len: int, batch: int, block_size: int, gen: torch.Generator) -> Batch:
-    """Ragged requests: lengths spread below ``seq_len``, q_len alternating decode and verify."""
+    """Ragged requests: lengths spread below ``seq_len``, q_len alternating decode and verify.
+
+    Physical blocks are shuffled (:func:`tq_core.testing.block_tables`, three spare blocks);
+    block table entries past a request's blocks name real blocks, as vLLM's padding does.
+    """
     seq_lens = [max(9, seq_len - (i * seq_len) // (2 * batch) - (i % 2) * 3) for i in range(batch)]
     q_pattern = (1, 4, 1, 8)
     q_lens = [min(q_pattern[i % len(q_pattern)], s) for i, s in enumerate(seq_lens)]
-    nblocks = [math.ceil(s / block_size) for s in seq_lens]
-    num_blocks = sum(nblocks) + 3  # a few unused blocks
-    perm = torch.randperm(num_blocks, generator=gen)
-    table = torch.zeros(batch, max(nblocks), dtype=torch.int32)
-    slots, used = [], 0
-    for r, (s, n) in enumerate(zip(seq_lens, nblocks, strict=True)):
-        table[r, :n] = perm[used : used + n].to(torch.int32)
-        used += n
-        pos = torch.arange(s)
-        slots.append(table[r, pos // block_size].long() * block_size + pos % block_size)
-    return Batch(seq_lens, q_lens, block_size, table, torch.cat(slots), num_blocks)
+    num_blocks, table, slots = block_tables(gen, seq_lens, block_size, spare_blocks=3, unused="real")
+    return Batch(seq_lens, q_lens, block_size, table, slots, num_blocks)
 
 
 def dense_attention(
@@ -274,12 +272,7 @@ def render(result: dict) -> str:
         "",
     ]
     cells = [[fmt(r[key]) for _, key, _, fmt in COLUMNS] for r in result["rows"]]
-    widths = [max(len(title), *(len(row[i]) for row in cells)) for i, (title, *_) in enumerate(COLUMNS)]
-
-    def line(items: list[str]) -> str:
-        return "  ".join(f"{s:{a}{w}}" for s, (_, _, a, _), w in zip(items, COLUMNS, widths, strict=True)).rstrip()
-
-    body = [line([t for t, *_ in COLUMNS]), line(["-" * w for w in widths])] + [line(r) for r in cells]
+    body = table_lines([t for t, *_ in COLUMNS], cells, [a for _, _, a, _ in COLUMNS])
     notes = [
         "",
         "key MSE: E||x - x_hat||^2 of unit keys as attention sees them; theory: Gaussian-codebook figure",

@@ -26,23 +26,23 @@ inline uint32_t code_at(const uint8_t* row, int32_t i, int32_t bits) {
 }
 
 inline const uint8_t* key_row(const uint8_t* region, int32_t t, const BlockLayout& l) {
-  return region + l.key_offset + static_cast<int64_t>(t) * l.key_code_bytes;
+  return field_entry(region, l.key_offset, l.key_width, t);
 }
 
 inline const uint8_t* value_row(const uint8_t* region, int32_t t, const BlockLayout& l) {
-  return region + l.value_offset + static_cast<int64_t>(t) * l.value_code_bytes;
+  return field_entry(region, l.value_offset, l.value_width, t);
 }
 
 inline float key_norm(const uint8_t* region, int32_t t, const BlockLayout& l) {
-  return half_to_float(load_u16(region + l.norm_offset + 2 * static_cast<int64_t>(t)));
+  return half_to_float(load_u16(field_entry(region, l.norm_offset, kHalfWidth, t)));
 }
 
 inline float value_scale(const uint8_t* region, int32_t t, const BlockLayout& l) {
-  return half_to_float(load_u16(region + l.scale_offset + 2 * static_cast<int64_t>(t)));
+  return half_to_float(load_u16(field_entry(region, l.scale_offset, kHalfWidth, t)));
 }
 
 inline float value_zero(const uint8_t* region, int32_t t, const BlockLayout& l) {
-  return half_to_float(load_u16(region + l.zero_offset + 2 * static_cast<int64_t>(t)));
+  return half_to_float(load_u16(field_entry(region, l.zero_offset, kHalfWidth, t)));
 }
 
 // Multiplier turning gathered centroids into the rotated key: norm / ||c|| with norm

@@ -12,9 +12,9 @@ import argparse
 import ctypes
 import importlib
 import os
-import signal
 import sys
 import time
+from collections.abc import Iterable
 from typing import Any, BinaryIO
 
 from ..__about__ import __version__
@@ -61,19 +61,8 @@ def _resolve_pointers(args: dict[str, Any], base: int, size: int) -> dict[str, A
     return out
 
 
-def _fault(mode: str) -> None:
-    if mode == "crash":
-        os.kill(os.getpid(), signal.SIGSEGV)  # a real signal death, as a broken kernel gives
-    elif mode == "hang":
-        while True:
-            time.sleep(3600)
-    elif mode == "exit":
-        os._exit(3)
-    raise ValueError(f"fault mode {mode!r}: expected crash, hang or exit")
-
-
-def serve(mod: Any, backend: str, inp: BinaryIO, out: BinaryIO) -> int:
-    faults = os.environ.get(protocol.FAULTS_ENV) == "1"
+def serve(mod: Any, backend: str, inp: Iterable[bytes], out: BinaryIO) -> int:
+    """Answers the requests read from ``inp`` (one JSON line each) on ``out`` until EOF or shutdown."""
     segment = Segment()
     for line in inp:
         if not line.strip():
@@ -104,8 +93,6 @@ def serve(mod: Any, backend: str, inp: BinaryIO, out: BinaryIO) -> int:
                 out.flush()
                 segment.close()
                 return 0
-            elif op == "fault" and faults:
-                _fault(str(req.get("mode")))
             else:
                 raise ValueError(f"unknown op {op!r}")
         except Exception as exc:  # every failure becomes an answer; the child keeps serving
@@ -131,8 +118,6 @@ def main(argv: list[str] | None = None) -> int:
         "backend": ns.backend,
         "pid": os.getpid(),
     }
-    if os.environ.get(protocol.FAULTS_ENV) == "1" and os.environ.get(protocol.CLAIM_VERSION_ENV):
-        hello["version"] = os.environ[protocol.CLAIM_VERSION_ENV]
     try:
         mod = importlib.import_module(BACKENDS[ns.backend])
         hello["module_version"] = mod.version()

@@ -296,10 +296,10 @@ class Bridge:
 
     def attention(self, call: PreparedCall, kernel: str) -> torch.Tensor:
         """Runs a prepared call in the child; copies the result into ``call.out``."""
-        lay = call.checked.layout
+        block_bytes = call.checked.fields.block_bytes
         nb = call.kv_cache.shape[0]
         # host copies the child can address; the cache compacted to dense blocks
-        blocks = torch.as_strided(call.kv_cache, (nb, lay.block_bytes), (call.kv_cache.stride(0), 1))
+        blocks = torch.as_strided(call.kv_cache, (nb, block_bytes), (call.kv_cache.stride(0), 1))
         arrays: dict[str, torch.Tensor] = {
             "query": call.query.detach().to("cpu").contiguous(),
             "out": call.out.detach().to("cpu").contiguous(),  # keeps rows the kernel does not write
@@ -331,7 +331,7 @@ class Bridge:
                 q_stride_head=q.stride(1),
                 o_stride_token=o.stride(0),
                 o_stride_head=o.stride(1),
-                cache_block_stride=lay.block_bytes,
+                cache_block_stride=block_bytes,
                 bt_stride=arrays["block_table"].stride(0),
             )
             reply = self.request("attention", shm=seg.name, shm_size=seg.size, args=args, kernel=kernel)

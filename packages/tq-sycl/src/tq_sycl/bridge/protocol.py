@@ -23,10 +23,6 @@ PROTOCOL_VERSION = 1
 POINTER_FIELDS = ("query", "out", "cache", "block_table", "seq_lens", "query_start_loc", "centroids")
 # Arrays in the segment start on this boundary (the kernels' widest aligned load is 64 B).
 SHM_ALIGN = 64
-# Set to "1" in the child's environment to enable the "fault" op (tests only).
-FAULTS_ENV = "TQ_SYCL_BRIDGE_FAULTS"
-# With faults enabled, the child claims this tq_sycl version in its hello (tests only).
-CLAIM_VERSION_ENV = "TQ_SYCL_BRIDGE_CLAIM_VERSION"
 SHM_DIR = "/dev/shm"
 
 

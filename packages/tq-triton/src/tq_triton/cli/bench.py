@@ -225,9 +225,7 @@ def _ratios(rows: list[dict]) -> None:
 
 def _store_rows(presets: list[str], dev: torch.device, bw: float) -> list[dict]:
     n, h, d = 1 << 20, 8, 128
-    gen = torch.Generator(device=dev).manual_seed(1)
-    k, v = bench.llm_like_kv(n, h, d, gen, dev)
-    slots = torch.randperm(n, device=dev, generator=gen)
+    k, v, slots = bench.store_inputs(n, h, d, dev, seed=1)
     rows = []
     for preset in presets:
         slot = get_preset(preset).layout(d).slot_size_aligned

@@ -221,9 +221,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _sweep_store(table: dict, presets: list[str], dev: torch.device) -> None:
     n, h, d = 1 << 18, 8, 128
-    gen = torch.Generator(device=dev).manual_seed(0)
-    k, v = bench.llm_like_kv(n, h, d, gen, dev)
-    slots = torch.randperm(n, device=dev, generator=gen)
+    k, v, slots = bench.store_inputs(n, h, d, dev, seed=0)
     for preset in progress(presets, len(presets), "store"):
         slot = get_preset(preset).layout(d).slot_size_aligned
         cache = torch.zeros(n // 16, 16, h, slot, dtype=torch.uint8, device=dev)

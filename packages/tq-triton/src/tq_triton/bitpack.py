@@ -17,7 +17,7 @@ import triton.language as tl
 
 
 @triton.jit
-def _code3(w0, w1, w2, J: tl.constexpr):
+def code3(w0, w1, w2, J: tl.constexpr):
     """Code ``J`` (0..31) of a 3-bit chunk held in words ``w0, w1, w2``."""
     A: tl.constexpr = (3 * J) // 32
     S: tl.constexpr = (3 * J) % 32
@@ -40,7 +40,7 @@ def _code3(w0, w1, w2, J: tl.constexpr):
 
 @triton.jit
 def _tree3_1(w0, w1, w2, J: tl.constexpr, STEP: tl.constexpr):
-    return tl.join(_code3(w0, w1, w2, J), _code3(w0, w1, w2, J + STEP))
+    return tl.join(code3(w0, w1, w2, J), code3(w0, w1, w2, J + STEP))
 
 
 @triton.jit

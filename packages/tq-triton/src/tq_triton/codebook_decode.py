@@ -2,11 +2,10 @@
 
 A key tile's codes are gathered from the fp16 codebook one code position at a time on
 the words as loaded (``[T, W]``, each thread holding whole words), and a ``tl.join``
-tree assembles the ``[T, D]`` operand, as ``_bits.unpack`` does for codes. The squared
+tree assembles the ``[T, D]`` operand, as ``bitpack.unpack`` does for codes. The squared
 centroid norm that norm correction needs is summed in the same tree, inside each
-thread. Summing it on the assembled tile instead, where ``D`` is spread over lanes,
-cost shuffles and replicated divisions per token: on an H200 (Triton 3.6) this change
-took decode-32k from 2.25 ms to 1.97 ms for turboquant_k3v4_nc (docs/perf/h200.md).
+thread: summed on the assembled tile instead, where ``D`` is spread over lanes, it would
+cost shuffles and replicated divisions per token.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._bits import _code3
+from .bitpack import code3
 
 
 @triton.jit
@@ -23,7 +22,7 @@ def _cent(w0, w1, w2, Centroids, BITS: tl.constexpr, J: tl.constexpr):
     if BITS == 4:
         code = (w0 >> (4 * J)) & 15
     else:
-        code = _code3(w0, w1, w2, J)
+        code = code3(w0, w1, w2, J)
     c = tl.load(Centroids + code)
     cf = c.to(tl.float32)
     return c, cf * cf
@@ -62,9 +61,9 @@ def _tree4(w0, w1, w2, Centroids, BITS: tl.constexpr, J: tl.constexpr, STEP: tl.
 def codebook_keys(w0, w1, w2, Centroids, BITS: tl.constexpr, T: tl.constexpr, D: tl.constexpr):
     """fp16 centroids ``[T, D]`` of a key tile and each token's squared centroid norm ``[T]``.
 
-    ``w0, w1, w2``: the words from ``_bits.load_words`` (3 bits: chunk words
+    ``w0, w1, w2``: the words from ``bitpack.load_words`` (3 bits: chunk words
     ``[T, D // 32]``; 4 bits: ``w0`` = ``[T, D // 8]``). ``Centroids``: the fp16 codebook.
-    The join trees mirror ``_bits.unpack3`` / ``unpack4``, so positions come out in order.
+    The join trees mirror ``bitpack.unpack3`` / ``unpack4``, so positions come out in order.
     """
     # one tree level per bit of the code position within a word (4 bits: 8 codes) or a
     # 3-word chunk (3 bits: 32 codes); the lowest bit is split off here

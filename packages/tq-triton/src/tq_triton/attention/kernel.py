@@ -1,0 +1,234 @@
+"""The attention kernel over tq's paged cache, and the kernel that merges its kv splits.
+
+One program owns (request, kv head, kv split). It dequantises each K/V tile once and
+shares it across every row that reads it, all q heads of the GQA group times the
+request's query tokens, so both products are real matrix products (``tl.dot``). Scores
+are computed in the rotated domain: the query is rotated once per program. Value
+scales are folded into the probabilities and zero points into a row sum, so the value
+tile is the raw codes. Splits of the sequence are merged by log-sum-exp in a second
+kernel; a split that is masked for a row contributes nothing.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ..hadamard import fwht_rows
+from .tile import attend_tile, load_tile, tile_block_ids
+
+
+@triton.jit
+def attention_kernel(
+    Q,
+    Cache,
+    BlockTable,
+    SeqLens,
+    QueryStart,
+    Centroids,
+    Out,
+    Partial,
+    Lse,
+    sm_scale,
+    stride_qt,
+    stride_qh,
+    stride_ot,
+    stride_oh,
+    stride_blk,
+    stride_bt,
+    G: tl.constexpr,
+    G_PAD: tl.constexpr,
+    NUM_Q_HEADS: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_KV: tl.constexpr,
+    # the cache block's description (tq_core.layout.KernelFields.constexprs())
+    D: tl.constexpr,
+    LOG2_D: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    HEAD_STRIDE: tl.constexpr,
+    KEY_OFF: tl.constexpr,
+    KEY_BYTES: tl.constexpr,
+    NORM_OFF: tl.constexpr,
+    VAL_OFF: tl.constexpr,
+    VAL_BYTES: tl.constexpr,
+    SCALE_OFF: tl.constexpr,
+    ZERO_OFF: tl.constexpr,
+    KEY_FP8: tl.constexpr,
+    KBITS: tl.constexpr,
+    VBITS: tl.constexpr,
+    NORM_CORRECTION: tl.constexpr,
+    PREFETCH: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,
+    VALUE_ACC: tl.constexpr,
+):
+    """``PREFETCH``: issue each tile's loads one iteration ahead of its decoding (and its
+    block ids two ahead), by hand; the loop then carries no ``num_stages`` of its own
+    (``LOOP_STAGES`` is None). Otherwise a tile is loaded in the iteration that decodes it
+    and Triton's pipeliner stages the loads over ``LOOP_STAGES`` stages."""
+    r = tl.program_id(0)
+    h = tl.program_id(1)
+    split = tl.program_id(2)
+    BLOCK_M: tl.constexpr = BLOCK_Q * G_PAD
+
+    seq_len = tl.load(SeqLens + r).to(tl.int32)
+    q_start = tl.load(QueryStart + r).to(tl.int32)
+    q_len = tl.load(QueryStart + r + 1).to(tl.int32) - q_start
+
+    # this split's share of the sequence, in whole tiles
+    per_split = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_KV) * BLOCK_KV
+    kv_lo = split * per_split
+    kv_hi = tl.minimum(kv_lo + per_split, seq_len)
+
+    m_idx = tl.arange(0, BLOCK_M)
+    g = m_idx % G_PAD
+    head = h * G + g
+    d = tl.arange(0, D)
+    head_base = Cache + h.to(tl.int64) * HEAD_STRIDE
+    bt_row = BlockTable + r.to(tl.int64) * stride_bt
+
+    for qc in range(0, q_len, BLOCK_Q):
+        row_tok = qc + m_idx // G_PAD
+        row_ok = (row_tok < q_len) & (g < G)
+        row_pos = seq_len - q_len + row_tok  # the last position each row may attend to
+        q_row = (q_start + row_tok).to(tl.int64)
+        q = tl.load(
+            Q + q_row[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :], mask=row_ok[:, None], other=0.0
+        ).to(tl.float32)
+        if KEY_FP8:
+            q = q * sm_scale
+        else:
+            q = fwht_rows(q, BLOCK_M, D, LOG2_D) * (sm_scale / tl.sqrt(D * 1.0))
+        q16 = q.to(tl.float16)
+
+        m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        acc = tl.zeros((BLOCK_M, D), dtype=tl.float32)
+        r_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        f_i = tl.full((), 1.0, dtype=tl.float32)
+        # rows of this query chunk see nothing past the chunk's last position
+        hi = tl.minimum(kv_hi, seq_len - q_len + tl.minimum(qc + BLOCK_Q, q_len))
+
+        if PREFETCH:
+            # the first tile's bytes and the second tile's block ids are in flight before the loop
+            blk = tile_block_ids(bt_row, kv_lo, hi, BLOCK_KV, BLOCK_SIZE)
+            tile = load_tile(
+                head_base,
+                blk,
+                kv_lo,
+                hi,
+                stride_blk,
+                BLOCK_KV=BLOCK_KV,
+                D=D,
+                BLOCK_SIZE=BLOCK_SIZE,
+                KEY_OFF=KEY_OFF,
+                KEY_BYTES=KEY_BYTES,
+                NORM_OFF=NORM_OFF,
+                VAL_OFF=VAL_OFF,
+                VAL_BYTES=VAL_BYTES,
+                SCALE_OFF=SCALE_OFF,
+                ZERO_OFF=ZERO_OFF,
+                KEY_FP8=KEY_FP8,
+                KBITS=KBITS,
+                VBITS=VBITS,
+            )
+            blk = tile_block_ids(bt_row, kv_lo + BLOCK_KV, hi, BLOCK_KV, BLOCK_SIZE)
+        for start in tl.range(kv_lo, hi, BLOCK_KV, num_stages=LOOP_STAGES):
+            # the mode decides which tile this iteration issues the loads of: the next one
+            # (decoded while they are in flight) or this one
+            if PREFETCH:
+                current = tile
+                ahead = start + BLOCK_KV
+            else:
+                blk = tile_block_ids(bt_row, start, hi, BLOCK_KV, BLOCK_SIZE)
+                ahead = start
+            tile = load_tile(
+                head_base,
+                blk,
+                ahead,
+                hi,
+                stride_blk,
+                BLOCK_KV=BLOCK_KV,
+                D=D,
+                BLOCK_SIZE=BLOCK_SIZE,
+                KEY_OFF=KEY_OFF,
+                KEY_BYTES=KEY_BYTES,
+                NORM_OFF=NORM_OFF,
+                VAL_OFF=VAL_OFF,
+                VAL_BYTES=VAL_BYTES,
+                SCALE_OFF=SCALE_OFF,
+                ZERO_OFF=ZERO_OFF,
+                KEY_FP8=KEY_FP8,
+                KBITS=KBITS,
+                VBITS=VBITS,
+            )
+            if PREFETCH:
+                blk = tile_block_ids(bt_row, start + 2 * BLOCK_KV, hi, BLOCK_KV, BLOCK_SIZE)
+            else:
+                current = tile
+            m_i, l_i, acc, r_i, f_i = attend_tile(
+                q16,
+                m_i,
+                l_i,
+                acc,
+                r_i,
+                f_i,
+                row_ok,
+                row_pos,
+                start,
+                hi,
+                current,
+                Centroids,
+                BLOCK_KV=BLOCK_KV,
+                D=D,
+                KEY_FP8=KEY_FP8,
+                KBITS=KBITS,
+                VBITS=VBITS,
+                NORM_CORRECTION=NORM_CORRECTION,
+                VALUE_ACC=VALUE_ACC,
+            )
+
+        o = (acc * f_i + r_i[:, None]) / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        if NUM_SPLITS == 1:
+            tl.store(
+                Out + q_row[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],
+                o.to(Out.dtype.element_ty),
+                mask=row_ok[:, None],
+            )
+        else:
+            lse = tl.where(l_i > 0, m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0)), float("-inf"))
+            slot = (q_row * NUM_Q_HEADS + head) * NUM_SPLITS + split
+            tl.store(Partial + slot[:, None] * D + d[None, :], o, mask=row_ok[:, None])
+            tl.store(Lse + slot, lse, mask=row_ok)
+
+
+@triton.jit
+def merge_kernel(
+    Partial,
+    Lse,
+    Out,
+    QueryStart,
+    num_reqs,
+    stride_ot,
+    stride_oh,
+    NUM_Q_HEADS: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    SPLITS_PAD: tl.constexpr,
+    D: tl.constexpr,
+):
+    """Each output row from its splits' partial outputs, weighted by their log-sum-exp."""
+    t = tl.program_id(0).to(tl.int64)
+    hq = tl.program_id(1)
+    total = tl.load(QueryStart + num_reqs).to(tl.int64)
+    s = tl.arange(0, SPLITS_PAD)
+    s_ok = (s < NUM_SPLITS) & (s * 0 + t < total)
+    slot = (t * NUM_Q_HEADS + hq) * NUM_SPLITS + s
+    lse = tl.load(Lse + slot, mask=s_ok, other=float("-inf"))
+    top = tl.max(lse, axis=0)
+    top = tl.where(top == float("-inf"), 0.0, top)
+    w = tl.exp2(lse - top)
+    d = tl.arange(0, D)
+    part = tl.load(Partial + slot[:, None] * D + d[None, :], mask=s_ok[:, None], other=0.0)
+    den = tl.sum(w, axis=0)
+    o = tl.sum(w[:, None] * part, axis=0) / tl.where(den > 0, den, 1.0)
+    tl.store(Out + t * stride_ot + hq * stride_oh + d, o.to(Out.dtype.element_ty), mask=d * 0 + t < total)

@@ -1,0 +1,153 @@
+"""Triton helpers of the attention loop: load one K/V tile, then attend to it.
+
+A tile is ``BLOCK_KV`` consecutive positions of one request and kv head. Loading and
+decoding are separate so that the loop can issue a tile's loads an iteration before it
+decodes it (the prefetch mode). A loaded tile is the tuple ``(k0, k1, k2, kn, v0, v1,
+v2, vs, vz)``: the key's packed words (``k0`` holds the fp8 bytes for fp8 keys, where
+``k1``, ``k2`` repeat it), the fp16 key norms, the value's packed words, and the fp16
+value scales and zero points.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ..bitpack import load_words, unpack
+from ..cache_fields import FP16_BYTES, field_ptr
+from ..codebook_decode import codebook_keys
+
+
+@triton.jit
+def tile_block_ids(bt_row, start, hi, BLOCK_KV: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    """The physical block of each position of the tile at ``start`` (0 past ``hi``)."""
+    pos = start + tl.arange(0, BLOCK_KV)
+    return tl.load(bt_row + pos // BLOCK_SIZE, mask=pos < hi, other=0).to(tl.int64)
+
+
+@triton.jit
+def load_tile(
+    head_base,
+    blk,
+    start,
+    hi,
+    stride_blk,
+    BLOCK_KV: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    KEY_OFF: tl.constexpr,
+    KEY_BYTES: tl.constexpr,
+    NORM_OFF: tl.constexpr,
+    VAL_OFF: tl.constexpr,
+    VAL_BYTES: tl.constexpr,
+    SCALE_OFF: tl.constexpr,
+    ZERO_OFF: tl.constexpr,
+    KEY_FP8: tl.constexpr,
+    KBITS: tl.constexpr,
+    VBITS: tl.constexpr,
+):
+    """Issue the loads of the tile at ``start`` (raw packed words; decoding happens in
+    :func:`attend_tile`). ``head_base``: the cache plus this kv head's offset; ``blk``: the
+    tile's block ids (:func:`tile_block_ids`)."""
+    pos = start + tl.arange(0, BLOCK_KV)
+    ok = pos < hi
+    base = head_base + blk * stride_blk
+    off = (pos % BLOCK_SIZE).to(tl.int64)
+    if KEY_FP8:
+        d = tl.arange(0, D)
+        k0 = tl.load(field_ptr(base[:, None], off[:, None], KEY_OFF, KEY_BYTES) + d[None, :], mask=ok[:, None], other=0)
+        k1 = k0
+        k2 = k0
+        kn = tl.zeros((BLOCK_KV,), dtype=tl.float16)
+    else:
+        k0, k1, k2 = load_words(field_ptr(base, off, KEY_OFF, KEY_BYTES).to(tl.pointer_type(tl.int32)), ok, KBITS, D)
+        kn = tl.load(field_ptr(base, off, NORM_OFF, FP16_BYTES).to(tl.pointer_type(tl.float16)), mask=ok, other=0.0)
+    v0, v1, v2 = load_words(field_ptr(base, off, VAL_OFF, VAL_BYTES).to(tl.pointer_type(tl.int32)), ok, VBITS, D)
+    vs = tl.load(field_ptr(base, off, SCALE_OFF, FP16_BYTES).to(tl.pointer_type(tl.float16)), mask=ok, other=0.0)
+    vz = tl.load(field_ptr(base, off, ZERO_OFF, FP16_BYTES).to(tl.pointer_type(tl.float16)), mask=ok, other=0.0)
+    return k0, k1, k2, kn, v0, v1, v2, vs, vz
+
+
+@triton.jit
+def attend_tile(
+    q16,
+    m_i,
+    l_i,
+    acc,
+    r_i,
+    f_i,
+    row_ok,
+    row_pos,
+    start,
+    hi,
+    tile,
+    Centroids,
+    BLOCK_KV: tl.constexpr,
+    D: tl.constexpr,
+    KEY_FP8: tl.constexpr,
+    KBITS: tl.constexpr,
+    VBITS: tl.constexpr,
+    NORM_CORRECTION: tl.constexpr,
+    VALUE_ACC: tl.constexpr,
+):
+    """Decode one loaded tile (:func:`load_tile`'s tuple) and fold it into the online
+    softmax state ``(m_i, l_i, acc, r_i, f_i)``, which it returns updated."""
+    ck0, ck1, ck2, ckn, cv0, cv1, cv2, cvs, cvz = tile
+    pos = start + tl.arange(0, BLOCK_KV)
+    if KEY_FP8:
+        k16 = ck0.to(tl.float8e4nv, bitcast=True).to(tl.float16)
+        s = tl.dot(q16, tl.trans(k16))
+    else:
+        k16, cn2 = codebook_keys(ck0, ck1, ck2, Centroids, KBITS, BLOCK_KV, D)
+        if q16.shape[0] >= 64:
+            # no-op for the result (masked tokens' scores are discarded below); it pins the
+            # tile's layout: without it Triton 3.6 moves the dot operand's shared-memory
+            # conversion up into the join tree and fails to compile tiles of 64 query rows
+            # (Illegal shared layout). It costs a select per element, so only there.
+            k16 = tl.where((pos < hi)[:, None], k16, 0.0)
+        s = tl.dot(q16, tl.trans(k16))
+        knorm = ckn.to(tl.float32)
+        if NORM_CORRECTION:
+            knorm = tl.where(cn2 > 0, knorm * tl.math.rsqrt(cn2), 0.0)
+        s = s * knorm[None, :]
+
+    visible = row_ok[:, None] & (pos[None, :] < hi) & (pos[None, :] <= row_pos[:, None])
+    s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    # a row that has seen nothing yet keeps m = -inf; shift by 0 to avoid inf - inf
+    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_ref)
+    p = tl.exp2(s - m_ref[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+
+    # value codes become the fp16 numbers 1 + code / 2^VBITS by setting bits only, and the
+    # scales are folded into the probabilities (normalised by the tile's largest scale;
+    # f = smax 2^VBITS): sum_t p_t (zero_t + code_t scale_t) then follows from one matrix
+    # product. The output is kept as f_i * acc + r_i.
+    vc = unpack(cv0, cv1, cv2, VBITS, BLOCK_KV, D)
+    v16 = ((vc << (10 - VBITS)) | 0x3C00).to(tl.uint16).to(tl.float16, bitcast=True)
+    if VALUE_ACC:
+        v16 = v16 - 1.5  # centred: code / 2^VBITS - 1/2, exact (see below)
+    vscale = cvs.to(tl.float32)
+    smax = tl.max(vscale, axis=0)
+    smax = tl.where(smax > 0, smax, 1.0)
+    pw = (p * (vscale / smax)[None, :]).to(tl.float16)
+    f = smax * (1 << VBITS)
+    if VALUE_ACC:
+        # The matrix unit accumulates into acc, rescaled by one factor per row: no other pass
+        # over the [M, D] tile. With codes centred (code / 2^VBITS - 1/2, an exact subtraction)
+        # the sum is f dot(pw, v16) + sum_t p_t (zero_t + scale_t 2^(VBITS-1)). Centring
+        # matters: the matrix unit truncates as it accumulates, so acc must not carry an
+        # offset that r_i cancels only at the end (uncentred, a 32k-token sequence on one
+        # split exceeds test_attention's error limit on an H200).
+        acc = tl.dot(pw, v16, acc * (alpha * (f_i / f))[:, None])
+        mid = cvz.to(tl.float32) + vscale * (1 << (VBITS - 1))
+        r_i = r_i * alpha + tl.sum(p * mid[None, :], axis=1)
+    else:
+        # each tile's product is corrected, scaled and added in its own passes; f_i stays 1 and
+        # r_i 0. Fewer live registers, which suits one-warp decode with 3-bit keys
+        pv = tl.dot(pw, v16) - tl.sum(pw.to(tl.float32), axis=1)[:, None]
+        zsum = tl.sum(p * cvz.to(tl.float32)[None, :], axis=1)
+        acc = acc * alpha[:, None] + pv * f + zsum[:, None]
+        f = f_i
+    return m_new, l_i, acc, r_i, f
