@@ -10,7 +10,7 @@ from tqt_helpers import ON_GPU
 
 import tq_core
 import tq_triton
-from tq_core.bitpack import unpack_codes
+from tq_core import unpack_codes
 from tq_triton.device_tensors import codebook
 from tq_triton.store import codebook_codes
 

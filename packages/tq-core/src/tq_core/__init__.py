@@ -8,6 +8,7 @@ test and benchmark kit every package shares.
 
 from .__about__ import __version__
 from .attention import attention
+from .bitpack import pack_codes, unpack_codes
 from .codebooks import Codebook, distortion, get_codebook, lloyd_max
 from .codec import decode_fields, encode_fields, key_codebook, rotate
 from .errors import (
@@ -61,8 +62,10 @@ __all__ = [
     "ifwht",
     "key_codebook",
     "lloyd_max",
+    "pack_codes",
     "random_signs",
     "rotate",
     "store",
     "to_vllm_cache",
+    "unpack_codes",
 ]

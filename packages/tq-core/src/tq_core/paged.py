@@ -82,12 +82,15 @@ def gather_kv(
     length: int,
     preset: str | Preset,
     head_dim: int | None = None,
+    rotated: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Decoded keys and values of one request's first ``length`` cached tokens.
 
     ``block_row`` is the request's row of the block table (position ``t`` lives in block
     ``block_row[t // block_size]``). Returns float32 ``(key, value)``, each
     ``[length, num_kv_heads, head_dim]``: exactly what attention reads from the cache.
+    ``rotated=True`` leaves Lloyd-Max keys in the Hadamard-rotated domain the kernels
+    score them in (fp8 keys are never rotated).
     """
     p = get_preset(preset)
     lay = check_cache(kv_cache, p, head_dim)
@@ -97,7 +100,7 @@ def gather_kv(
         raise RangeError(f"length={length!r}: expected an int in 0..{row.shape[0] * bs} (block_row capacity)")
     pos = torch.arange(length, device=kv_cache.device)
     blocks = row.long()[pos // bs]
-    return decode_fields(read_fields(block_fields(kv_cache, lay), blocks, pos % bs), p, lay.head_dim)
+    return decode_fields(read_fields(block_fields(kv_cache, lay), blocks, pos % bs), p, lay.head_dim, rotated=rotated)
 
 
 def store(

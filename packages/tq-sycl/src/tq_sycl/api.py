@@ -15,9 +15,9 @@ import threading
 
 import torch
 
+from tq_core import Preset
 from tq_core.contract import AttentionArgs
 from tq_core.errors import BackendUnavailableError, DeviceError
-from tq_core.presets import Preset
 
 from . import extensions, kernel_args, toolchain, tuning
 from .errors import KernelChoiceError

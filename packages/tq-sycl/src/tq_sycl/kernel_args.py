@@ -15,9 +15,8 @@ from typing import Any
 
 import torch
 
-from tq_core.codec import key_codebook
+from tq_core import Preset, key_codebook
 from tq_core.contract import AttentionArgs, KernelFields, check_attention_args, debug_enabled
-from tq_core.presets import Preset
 
 # element dtype codes shared with csrc/include/tq/numeric.hpp
 DTYPE_CODES: dict[torch.dtype, int] = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
