@@ -337,3 +337,23 @@ def test_attention_uses_decode_kv(gen, name):
     )
     _, v_hat = decode_kv(encode_kv(k, v, name), name, d)
     assert torch.equal(out[0], v_hat[0].repeat_interleave(group, 0))
+
+
+# ---------------------------------------------------------------- shared tables
+
+
+@pytest.mark.parametrize("name", LM_PRESETS)
+def test_editing_key_codebook_changes_no_later_encode(gen, name):
+    d = 128
+    k, v = randn(gen, 4, 2, d), randn(gen, 4, 2, d)
+    slots = encode_kv(k, v, name)
+    decoded = decode_kv(slots, name, d)
+    expected_cent = torch.tensor(get_codebook(get_preset(name).key_bits).centroids, dtype=torch.float64) / math.sqrt(d)
+    cent, bounds = tq_core.key_codebook(name, d)
+    cent.mul_(-7.0)
+    bounds.fill_(0.0)
+    assert torch.equal(encode_kv(k, v, name), slots)
+    for a, b in zip(decode_kv(slots, name, d), decoded, strict=True):
+        assert torch.equal(a, b)
+    again, _ = tq_core.key_codebook(name, d)
+    assert torch.allclose(again.double(), expected_cent, rtol=1e-6, atol=0)

@@ -26,6 +26,7 @@ from tq_core import (
     to_vllm_cache,
 )
 from tq_core.checks import check_attention_args
+from tq_core.contract import check_host_metadata
 
 NAME = "turboquant_k3v4_nc"
 D = 64
@@ -57,6 +58,66 @@ def test_unknown_preset(bad):
         get_preset(bad)
     with raises(PresetError, "preset="):
         encode_kv(torch.zeros(1, 1, D), torch.zeros(1, 1, D), bad)
+
+
+@pytest.mark.parametrize(
+    "fields,match",
+    [
+        (("x", "int4", 4, 4, True), "key_kind"),
+        (("x", "fp8", 4, 4, False), "fp8 keys are 8 bits"),
+        (("x", "fp8", 8, 4, True), "norm_correction must be False"),
+        (("x", "lloyd_max", 5, 4, True), "key_bits=5"),
+        (("x", "lloyd_max", 0, 4, True), "key_bits=0"),
+        (("x", "lloyd_max", 3.0, 4, True), "key_bits"),
+        (("x", "lloyd_max", True, 4, True), "key_bits"),
+        (("x", "lloyd_max", 4, 9, True), "value_bits=9"),
+        (("x", "lloyd_max", 4, 0, True), "value_bits=0"),
+        (("x", "lloyd_max", 4, 4, 1), "norm_correction=1"),
+        (("", "fp8", 8, 4, False), "name"),
+        ((None, "fp8", 8, 4, False), "name"),
+        # well-formed but not implemented by the kernels
+        (("custom", "lloyd_max", 2, 4, True), "not a format tq implements"),
+        (("custom", "lloyd_max", 4, 3, True), "not a format tq implements"),
+        (("custom", "lloyd_max", 3, 4, False), "not a format tq implements"),
+        (("custom", "fp8", 8, 3, False), "not a format tq implements"),
+        # a shipped format under another name (tq-sycl and vLLM look presets up by name)
+        (("k3v4", "lloyd_max", 3, 4, True), "turboquant_k3v4_nc"),
+    ],
+)
+def test_preset_fields_are_validated(fields, match):
+    with raises(PresetError, match):
+        tq_core.Preset(*fields)
+
+
+def test_replace_cannot_make_an_unsupported_preset():
+    import dataclasses
+
+    with raises(PresetError, "key_bits=2"):
+        dataclasses.replace(get_preset(NAME), key_bits=2)
+
+
+@pytest.mark.parametrize("name", sorted(tq_core.PRESETS))
+def test_a_preset_equal_to_a_shipped_one_is_the_shipped_one(name):
+    shipped = tq_core.PRESETS[name]
+    copy = tq_core.Preset(shipped.name, shipped.key_kind, shipped.key_bits, shipped.value_bits, shipped.norm_correction)
+    assert copy == shipped and get_preset(copy) is shipped
+
+
+def test_a_preset_altered_behind_frozen_is_refused():
+    p = tq_core.Preset("turboquant_k3v4_nc", "lloyd_max", 3, 4, True)
+    object.__setattr__(p, "key_bits", 2)
+    with raises(PresetError, "preset="):
+        get_preset(p)
+    with raises(PresetError, "preset="):
+        encode_kv(torch.zeros(1, 1, D), torch.zeros(1, 1, D), p)
+
+
+def test_preset_table_is_read_only():
+    with pytest.raises(TypeError):
+        tq_core.PRESETS["turboquant_2bit"] = get_preset(NAME)  # type: ignore[index]
+    assert sorted(tq_core.PRESETS) == sorted(
+        ["turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc"]
+    )
 
 
 @pytest.mark.parametrize("d", [32, 80, 96, 100, 1024, "128", 128.0])
@@ -265,6 +326,10 @@ T = torch.tensor
         ({"out": torch.zeros(2, 4, D)}, ShapeError, "out"),
         ({"out": torch.zeros(3, 4, D, dtype=torch.int32)}, DtypeError, "out"),
         ({"out": torch.zeros(3, 4, D, device=META)}, DeviceError, "out"),
+        ({"out": torch.zeros(3, 4, 2 * D)[..., ::2]}, LayoutError, "out: last-dim stride 2"),
+        ({"out": torch.zeros(3, D, 4).transpose(1, 2)}, LayoutError, "out: last-dim stride 4"),
+        ({"out": torch.zeros(1, 4, D).expand(3, -1, -1)}, LayoutError, "out: stride 0 in dim 0"),
+        ({"out": torch.zeros(3, 1, D).expand(-1, 4, -1)}, LayoutError, "out: stride 0 in dim 1"),
         # metadata values
         ({"query_start_loc": T([1, 2, 3], dtype=torch.int32)}, RangeError, "query_start_loc"),
         ({"query_start_loc": T([0, 3, 2], dtype=torch.int32)}, RangeError, "query_start_loc"),
@@ -293,6 +358,34 @@ def test_attention_ignores_unused_block_table_entries(gen):
     )
     expected = attention(**_attn_args(query=query, kv_cache=cache))  # block_table [[0, 1], [2, 0]]
     assert torch.isfinite(out).all() and torch.equal(out, expected)
+
+
+def test_out_may_be_a_strided_view_and_nothing_outside_it_changes(gen):
+    # rows 1..3 and heads 1..4 of a larger buffer: accepted, written exactly there
+    cache = _cache(nb=3, h=2)
+    kv = torch.randn(3 * 16, 2, D, generator=gen)
+    store(kv, kv.flip(0), cache, torch.arange(3 * 16), NAME)
+    query = torch.randn(3, 4, D, generator=gen)
+    expected = attention(**_attn_args(query=query, kv_cache=cache))
+    buf = torch.full((5, 6, D), -123.25)
+    out = buf[1:4, 1:5]
+    assert not out.is_contiguous()
+    result = attention(**_attn_args(query=query, kv_cache=cache, out=out))
+    assert result.data_ptr() == out.data_ptr()
+    torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)
+    outside = torch.ones_like(buf, dtype=torch.bool)
+    outside[1:4, 1:5] = False
+    assert bool((buf[outside] == -123.25).all())
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "4"])
+def test_max_q_len_hint_is_validated(bad):
+    args = _attn_args()
+    args.pop("out")
+    with raises(RangeError, "max_q_len"):
+        check_attention_args(**args, max_q_len=bad)
+    with raises(RangeError, "max_q_len"):
+        check_attention_args(**args, check_values=False, max_q_len=bad)
 
 
 def test_max_q_len_limit_names_q_len():
@@ -328,3 +421,83 @@ def test_codebook_and_bitpack_argument_errors():
         unpack_codes(torch.zeros(3, dtype=torch.int32), 3, 8)
     with raises(ShapeError, "packed"):
         unpack_codes(torch.zeros(4, dtype=torch.uint8), 3, 8)
+
+
+# ---------------------------------------------------------------- host-side metadata check
+
+# (seq_lens, query_start_loc) over the 3 query rows of _attn_args; None: valid
+HOST_CASES = [
+    (([20, 2], [0, 2, 3]), None),
+    (([20, 2], [0, 2, 2]), None),  # fewer rows used than the query has
+    (([0, 2], [0, 0, 1]), None),  # an idle request (q_len 0, seq_len 0)
+    (([32, 32], [0, 1, 2]), None),  # exactly the table's capacity
+    (([20, 2], [1, 2, 3]), "query_start_loc: must start at 0"),
+    (([20, 2], [0, 3, 2]), "query_start_loc: must be non-decreasing"),
+    (([20, 2], [0, 2, 4]), "query_start_loc: ends at 4, past the 3 query tokens"),
+    (([20, -1], [0, 2, 3]), "seq_lens"),
+    (([20, 0], [0, 2, 3]), r"q_len=1 exceeds seq_lens\[1\]=0"),
+    (([20, 2], [0, 0, 3]), r"q_len=3 exceeds seq_lens\[1\]=2"),
+    (([33, 2], [0, 2, 3]), r"seq_lens\[0\]=33 exceeds block_table capacity 2 blocks x 16"),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("lens,match", HOST_CASES)
+def test_host_metadata_check_agrees_with_the_device_check(lens, match, dtype):
+    sl, qsl = (torch.tensor(x, dtype=dtype) for x in lens)
+    args = _attn_args(seq_lens=sl, query_start_loc=qsl)
+    args.pop("out")
+    host = {"num_query_rows": 3, "block_table_width": 2, "block_size": 16}
+    if match is None:
+        check_attention_args(**args)  # the reference: the device-side value check
+        check_host_metadata(sl, qsl, **host)
+        return
+    with raises(RangeError, match):
+        check_attention_args(**args)
+    with raises(RangeError, match):
+        check_host_metadata(sl, qsl, **host)
+
+
+def test_host_metadata_check_reads_strided_views_by_value():
+    big_sl = torch.tensor([20, 99, 2, 99], dtype=torch.int32)
+    big_qsl = torch.tensor([0, 7, 2, 7, 3], dtype=torch.int32)
+    host = {"num_query_rows": 3, "block_table_width": 2, "block_size": 16}
+    check_host_metadata(big_sl[::2], big_qsl[::2], **host)
+    with raises(RangeError, "seq_lens"):
+        check_host_metadata(big_sl[1::2], big_qsl[::2], **host)  # 99 > 32
+
+
+def test_host_metadata_check_max_q_len():
+    sl, qsl = T([20, 2]), T([0, 2, 3])
+    host = {"num_query_rows": 3, "block_table_width": 2, "block_size": 16}
+    check_host_metadata(sl, qsl, **host, max_q_len=2)
+    with raises(RangeError, "q_len=2 exceeds this implementation's limit of 1"):
+        check_host_metadata(sl, qsl, **host, max_q_len=1)
+
+
+@pytest.mark.parametrize(
+    "over,exc,match",
+    [
+        ({"seq_lens_cpu": T([20, 2], device=META)}, DeviceError, "expected a CPU tensor"),
+        ({"query_start_loc_cpu": T([0, 2, 3], device=META)}, DeviceError, "expected a CPU tensor"),
+        ({"seq_lens_cpu": T([20.0, 2.0])}, DtypeError, "seq_lens"),
+        ({"seq_lens_cpu": [20, 2]}, ShapeError, "seq_lens"),
+        ({"query_start_loc_cpu": T([0, 2])}, ShapeError, "query_start_loc"),
+        ({"num_query_rows": -1}, RangeError, "num_query_rows"),
+        ({"num_query_rows": 3.0}, RangeError, "num_query_rows"),
+        ({"block_table_width": -2}, RangeError, "block_table_width"),
+        ({"block_size": 0}, RangeError, "block_size"),
+        ({"max_q_len": 0}, RangeError, "max_q_len"),
+    ],
+)
+def test_host_metadata_check_arguments(over, exc, match):
+    args = {
+        "seq_lens_cpu": T([20, 2]),
+        "query_start_loc_cpu": T([0, 2, 3]),
+        "num_query_rows": 3,
+        "block_table_width": 2,
+        "block_size": 16,
+    }
+    args.update(over)
+    with raises(exc, match):
+        check_host_metadata(**args)

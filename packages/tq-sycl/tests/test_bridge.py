@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -12,9 +15,10 @@ import torch
 from cases import make_case, prepared
 
 import tq_core
+from tq_core.errors import RangeError
 from tq_core.testing import assert_attention_close
 from tq_sycl.bridge import protocol
-from tq_sycl.bridge.client import Bridge
+from tq_sycl.bridge.client import DEFAULT_REQUEST_TIMEOUT, DEFAULT_START_TIMEOUT, Bridge
 from tq_sycl.errors import (
     BridgeCrashError,
     BridgeError,
@@ -166,3 +170,113 @@ def test_no_shell_between_parent_and_child(tmp_path):
     with pytest.raises(BridgeProtocolError, match="not a hello"):
         b.start()
     assert not marker.exists()
+
+
+def test_four_threads_share_one_bridge(gen):
+    # one process-wide bridge serves every thread: each exchange (request, shared memory,
+    # answer) is serialised, so every thread gets its own call's result
+    cases = [
+        make_case(gen, preset, seq_lens=[17 + 9 * i, 40 - 5 * i], q_lens=[1 + i, 2])
+        for i, preset in enumerate(
+            ["turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc"]
+        )
+    ]
+    refs = [c.reference() for c in cases]
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(cases))
+
+    def worker(i: int) -> None:
+        try:
+            start.wait()
+            for it in range(6):
+                out = torch.full_like(cases[i].query, float("nan"))
+                got = b.attention(prepared(cases[i], out, 1 + it % 3), "host")
+                assert_attention_close(got, refs[i], tol=2e-5, what=f"thread {i}, call {it}")
+                assert b.request("status")["ok"] is True
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    with Bridge("host", argv=[*FAULT_CHILD, *HOST], request_timeout=60) as b:
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(cases))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not any(t.is_alive() for t in threads), "a thread hangs"
+        assert not errors, errors[0]
+        assert b.alive
+
+
+def _killed(b: Bridge) -> None:
+    pid = b.pid
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while b._proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not pid_alive(pid)
+
+
+def test_child_killed_between_requests_gives_a_crash_error_and_frees_everything(gen):
+    case = make_case(gen, "turboquant_k8v4", seq_lens=[21], q_lens=[2])
+    b = Bridge("host", argv=[*FAULT_CHILD, *HOST], request_timeout=60)
+    b.start()
+    b.attention(prepared(case), "host")
+    shm = os.path.join(protocol.SHM_DIR, b.request("status")["segment"])
+    stderr = b._stderr
+    assert os.path.exists(shm) and stderr is not None and not stderr.closed
+    _killed(b)
+    with pytest.raises(BridgeCrashError, match=r"was killed by SIGKILL (before|during) 'attention'"):
+        b.attention(prepared(case), "host")
+    assert not os.path.exists(shm), "the shared-memory segment outlived the child"
+    assert stderr.closed, "the child's stderr file is still open"
+    with pytest.raises(BridgeError, match="closed after an earlier failure"):
+        b.request("status")
+    b.close()  # idempotent
+
+
+def test_close_after_the_child_died_frees_everything(gen):
+    case = make_case(gen, "turboquant_3bit_nc", seq_lens=[12], q_lens=[1])
+    b = Bridge("host", argv=[*FAULT_CHILD, *HOST], request_timeout=60)
+    b.start()
+    b.attention(prepared(case), "host")
+    shm = os.path.join(protocol.SHM_DIR, b.request("status")["segment"])
+    stderr = b._stderr
+    # a request left half-written in the pipe's buffer must not break close() either
+    b._proc.stdin.write(b'{"id": 0, "op": "status"')
+    _killed(b)
+    b.close()
+    assert not os.path.exists(shm), "close() left the shared-memory segment"
+    assert stderr is not None and stderr.closed, "close() left the child's stderr file open"
+    assert not b.alive
+
+
+@pytest.mark.parametrize("bad", [-1, 0, 0.0, -0.5, math.inf, math.nan, True, "5"])
+def test_timeouts_must_be_finite_and_positive(bad):
+    for name in ("start_timeout", "request_timeout"):
+        with pytest.raises(RangeError, match=rf"{name}={bad!r}: expected a finite number of seconds > 0"):
+            Bridge("host", **{name: bad})
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "inf", "nan", "soon"])
+def test_timeouts_from_the_environment_are_checked(monkeypatch, raw):
+    for env in ("TQ_SYCL_BRIDGE_START_TIMEOUT", "TQ_SYCL_BRIDGE_TIMEOUT"):
+        monkeypatch.setenv(env, raw)
+        with pytest.raises(RangeError, match=rf"{env}='{raw}': expected a finite number of seconds > 0"):
+            Bridge("host")
+        monkeypatch.delenv(env)
+
+
+def test_timeout_defaults_and_overrides(monkeypatch):
+    monkeypatch.delenv("TQ_SYCL_BRIDGE_START_TIMEOUT", raising=False)
+    monkeypatch.delenv("TQ_SYCL_BRIDGE_TIMEOUT", raising=False)
+    b = Bridge("host")
+    assert (b.start_timeout, b.request_timeout) == (DEFAULT_START_TIMEOUT, DEFAULT_REQUEST_TIMEOUT) == (120.0, 300.0)
+    monkeypatch.setenv("TQ_SYCL_BRIDGE_TIMEOUT", "7.5")
+    assert Bridge("host").request_timeout == 7.5
+    assert Bridge("host", request_timeout=2).request_timeout == 2.0  # the argument wins
+
+
+def test_a_request_timeout_must_be_positive(bridge):
+    with pytest.raises(RangeError, match=r"timeout=0: expected a finite number of seconds > 0"):
+        bridge.request("status", timeout=0)
+    assert bridge.request("status", timeout=5)["ok"] is True

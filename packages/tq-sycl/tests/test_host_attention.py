@@ -11,7 +11,7 @@ from cases import make_case, prepared, randint
 import tq_core
 import tq_sycl
 from tq_core.contract import KernelFields, gather_kv
-from tq_core.errors import DeviceError, PresetError, RangeError, ShapeError
+from tq_core.errors import DeviceError, LayoutError, PresetError, RangeError, ShapeError
 from tq_core.testing import assert_attention_close, ragged_lengths
 from tq_sycl import kernel_args
 from tq_sycl.errors import KernelChoiceError
@@ -130,13 +130,17 @@ def test_strided_views(gen):
     assert (big_out[:, 0] == 0).all()
 
 
-def test_out_with_non_unit_last_stride_is_written_back(gen):
+def test_out_that_kernels_cannot_write_in_place_is_refused(gen):
+    # tq_core's contract: out's last dim has stride 1 and no dim of size > 1 has stride 0
+    # (an expanded out would put every row on the same storage)
     case = make_case(gen, "turboquant_4bit_nc", seq_lens=[18], q_lens=[2])
     storage = torch.zeros(case.query.shape[2], case.query.shape[1], case.query.shape[0])
-    out = storage.permute(2, 1, 0)  # last-dim stride != 1
-    got = host(case, out=out)
-    assert got is out
-    assert_attention_close(out, case.reference(), tol=TOL)
+    with pytest.raises(LayoutError, match="out: last-dim stride"):
+        host(case, out=storage.permute(2, 1, 0))
+    expanded = torch.zeros(1, *case.query.shape[1:]).expand(case.query.shape)
+    with pytest.raises(LayoutError, match="out: stride 0 in dim 0"):
+        host(case, out=expanded)
+    assert (expanded == 0).all()
 
 
 def test_empty_batches_and_zero_length_queries(gen):
@@ -174,6 +178,160 @@ def test_sycl_kernels_without_a_build_say_what_is_missing(gen, monkeypatch):
     q, kv, bt, sl, qsl, p, scale = case.args()
     with pytest.raises(ShapeError, match="query: expected 3 dims"):
         tq_sycl.attention(q[0], kv, bt, sl, qsl, p, scale, kernel="esimd")
+
+
+# Two fills of the bytes around the cache, query and out views. 0x7F decodes to NaN as an
+# fp16 norm/scale and as an fp8 key; a kernel that reads a byte around its inputs gives
+# different outputs for the two fills, one that writes around `out` changes its canary.
+CANARIES = ((0x7F, float("nan"), 12345.0), (0x00, 0.0, -777.0))
+
+
+def canary_views(case, fill):
+    """The case's cache, query and ``out`` as views inside larger tensors filled with
+    ``fill`` (cache byte, query value, out value): ``(kv, query, out, big_out)``."""
+    kv_byte, q_value, out_value = fill
+    nb = case.kv_cache.shape[0]
+    big_kv = torch.full((nb + 4, *case.kv_cache.shape[1:]), kv_byte, dtype=torch.uint8)
+    kv = big_kv[2 : 2 + nb]
+    kv.copy_(case.kv_cache)
+    nq, hq, d = case.query.shape
+    big_q = torch.full((nq + 4, hq + 1, d), q_value, dtype=case.query.dtype)
+    q = big_q[2 : 2 + nq, 1:]
+    q.copy_(case.query)
+    big_out = torch.full((nq + 4, hq + 1, d), out_value)
+    out = big_out[2 : 2 + nq, 1:]
+    out.zero_()
+    return kv, q, out, big_out
+
+
+def run_unchecked(case, kv, q, out, bt, sl, qsl, num_splits):
+    """The host core on metadata nobody checked (the device path's default, no TQ_DEBUG)."""
+    checked = kernel_args.validate(q, kv, bt, sl, qsl, case.preset, case.scale, out, check_values=False)
+    call = kernel_args.prepare(checked, q, kv, bt, sl, qsl, case.scale, out, num_splits)
+    host_module().attention(call.args)
+    return call.finish()
+
+
+def run_with_canaries(case, bt, sl, qsl, num_splits, what):
+    """``out`` of the unchecked call, after asserting that it reads no byte around the
+    cache and query and writes no byte around ``out``."""
+    outs = []
+    for fill in CANARIES:
+        kv, q, out, big_out = canary_views(case, fill)
+        got = run_unchecked(case, kv, q, out, bt, sl, qsl, num_splits)
+        assert got is out
+        around = torch.ones(big_out.shape, dtype=torch.bool)
+        around[2 : 2 + out.shape[0], 1:] = False
+        assert (big_out[around] == fill[2]).all(), f"{what}: a byte around out was written"
+        outs.append(out.clone())
+    # bitwise, NaN included: the result cannot depend on the bytes around the inputs
+    assert torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32)), (
+        f"{what}: the output depends on bytes around the cache or the query (an out-of-bounds read)"
+    )
+    return outs[0]
+
+
+def rows_of(case, r: int) -> slice:
+    return slice(int(case.query_start_loc[r]), int(case.query_start_loc[r + 1]))
+
+
+BAD_REQUEST = [
+    ("block id = num_blocks", lambda c, bt, sl, qsl: bt.__setitem__((1, 0), c.kv_cache.shape[0])),
+    ("block id = -1", lambda c, bt, sl, qsl: bt.__setitem__((1, 1), -1)),
+    ("block id = 2**30", lambda c, bt, sl, qsl: bt.__setitem__((1, 0), 1 << 30)),
+    ("block id = -2**30", lambda c, bt, sl, qsl: bt.__setitem__((1, 1), -(1 << 30))),
+    ("seq_len beyond the table", lambda c, bt, sl, qsl: sl.__setitem__(1, bt.shape[1] * 16 + 100)),
+    ("seq_len = 2**31 - 1", lambda c, bt, sl, qsl: sl.__setitem__(1, (1 << 31) - 1)),
+    ("negative seq_len", lambda c, bt, sl, qsl: sl.__setitem__(1, -5)),
+    ("q_len > seq_len", lambda c, bt, sl, qsl: sl.__setitem__(1, 1)),
+]
+
+
+@pytest.mark.parametrize("preset", ["turboquant_k8v4", "turboquant_k3v4_nc"])
+@pytest.mark.parametrize(("what", "corrupt"), BAD_REQUEST, ids=[w for w, _ in BAD_REQUEST])
+def test_out_of_range_metadata_of_one_request_touches_nothing_else(gen, preset, what, corrupt):
+    # value checks off: request 1's metadata is out of range. The core masks blocks
+    # outside the cache and clamps lengths: no byte around the cache, query or out is
+    # touched, and the other requests' rows equal tq_core's
+    case = make_case(gen, preset, block_size=16, seq_lens=[37, 40, 19], q_lens=[3, 4, 2])
+    bt, sl, qsl = case.block_table.clone(), case.seq_lens.clone(), case.query_start_loc.clone()
+    corrupt(case, bt, sl, qsl)
+    ref = case.reference()
+    for splits in (1, 3):
+        out = run_with_canaries(case, bt, sl, qsl, splits, what)
+        for r in (0, 2):
+            assert_attention_close(out[rows_of(case, r)], ref[rows_of(case, r)], tol=TOL, what=f"{what}, req {r}")
+
+
+BAD_QUERY_START_LOC = [
+    ("non-monotone", [0, 5, 2, 9]),
+    ("decreasing to the end", [0, 9, 5, 1]),
+    ("negative entries", [-7, -3, 4, 9]),
+    ("last entry past the query rows", [0, 3, 7, 1 << 20]),
+    ("every entry past the query rows", [1 << 20, 1 << 21, 1 << 22, (1 << 31) - 1]),
+    ("last entry -1", [0, 3, 7, -1]),
+]
+
+
+@pytest.mark.parametrize(("what", "qsl_values"), BAD_QUERY_START_LOC, ids=[w for w, _ in BAD_QUERY_START_LOC])
+def test_out_of_range_query_start_loc_never_writes_outside_out(gen, what, qsl_values):
+    # each request's query rows are clamped into [0, num_q_tokens): overlapping or empty
+    # requests give unspecified rows inside `out`, never a read or write outside
+    case = make_case(gen, "turboquant_4bit_nc", block_size=16, seq_lens=[37, 40, 19], q_lens=[3, 4, 2])
+    qsl = torch.tensor(qsl_values, dtype=torch.int32)
+    for splits in (1, 4):
+        run_with_canaries(case, case.block_table, case.seq_lens, qsl, splits, what)
+
+
+def test_query_start_loc_past_the_rows_keeps_the_valid_requests(gen):
+    # query_start_loc[-1] past the query rows: the last request is cut at num_q_tokens
+    case = make_case(gen, "turboquant_k3v4_nc", seq_lens=[30, 25], q_lens=[2, 3])
+    qsl = case.query_start_loc.clone()
+    qsl[-1] = 1 << 20
+    out = run_with_canaries(case, case.block_table, case.seq_lens, qsl, 2, "query_start_loc[-1] = 2**20")
+    assert_attention_close(out[rows_of(case, 0)], case.reference()[rows_of(case, 0)], tol=TOL)
+
+
+def test_strided_index_tensors(gen):
+    # a block table that is a column slice with stride 2 of a wider int64 table, and
+    # seq_lens / query_start_loc read every other element: read through their strides
+    preset = PRESETS[randint(gen, 0, len(PRESETS) - 1)]
+    case = make_case(gen, preset, seq_lens=[45, 7, 30], q_lens=[3, 1, 2])
+    r, w = case.block_table.shape
+    wide = torch.full((r + 1, 2 * w), 1 << 30, dtype=torch.int64)
+    wide[1:, ::2] = case.block_table
+    bt = wide[1:, ::2]
+    sl_wide = torch.full((2 * r,), 1 << 30, dtype=torch.int32)
+    sl_wide[::2] = case.seq_lens
+    qsl_wide = torch.full((2 * (r + 1),), -(1 << 20), dtype=torch.int64)
+    qsl_wide[::2] = case.query_start_loc
+    assert not bt.is_contiguous() and sl_wide[::2].stride(0) == 2
+    ref = case.reference()
+    for check in (True, False):
+        out = torch.zeros_like(case.query)
+        if check:
+            tq_sycl.attention(
+                case.query,
+                case.kv_cache,
+                bt,
+                sl_wide[::2],
+                qsl_wide[::2],
+                preset,
+                case.scale,
+                out=out,
+                kernel="host",
+                num_splits=2,
+            )
+        else:
+            run_unchecked(case, case.kv_cache, case.query, out, bt, sl_wide[::2], qsl_wide[::2], 2)
+        assert_attention_close(out, ref, tol=TOL, what=f"check_values={check}")
+
+
+@pytest.mark.parametrize("num_q_heads", [0, -8, 3])
+def test_cxx_rejects_head_counts_that_are_not_a_positive_multiple(gen, num_q_heads):
+    call = prepared(make_case(gen, "turboquant_k8v4", seq_lens=[10], q_lens=[1]))
+    with pytest.raises(ValueError, match="num_q_heads must be a positive multiple of num_kv_heads"):
+        host_module().attention(call.args | {"num_q_heads": num_q_heads})
 
 
 def test_bad_metadata_never_reads_out_of_bounds(gen):

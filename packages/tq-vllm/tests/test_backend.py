@@ -124,6 +124,44 @@ def test_bf16_layer_with_vllm_shaped_output(gen, vllm_config):
     assert_matches_reference(flat[:n].view(n, HQ, D), batch, [True, False], dtype=torch.bfloat16)
 
 
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        ("rows", "query_start_loc: ends at"),  # more query rows than the step has
+        ("capacity", r"exceeds block_table capacity"),  # a seq_len past the block table
+        ("q_len", r"q_len=3 exceeds seq_lens\[1\]=2"),  # more new tokens than the sequence
+        ("order", "non-decreasing"),
+    ],
+)
+def test_builder_checks_host_metadata(gen, vllm_config, bad, match):
+    reqs = [Req(9, 1, False), Req(4, 3, False), Req(0, 12, True)]
+    batch = make_batch(gen, reqs, num_q_heads=HQ, num_kv_heads=HK, head_dim=D)
+    builder = TQMetadataBuilder(spec_for("turboquant_k3v4_nc", 16), ["l"], vllm_config, "cpu")
+    cam = common_metadata(batch)
+    builder.build(0, cam)  # valid
+    sl, qsl = batch.seq_lens.clone(), batch.query_start_loc.clone()
+    if bad == "rows":
+        cam = dataclasses.replace(cam, num_actual_tokens=batch.num_tokens - 1)
+    elif bad == "capacity":
+        sl[0] = batch.block_table.shape[1] * 16 + 1
+    elif bad == "q_len":
+        sl[1] = 2
+    else:
+        qsl[1] = int(qsl[2]) + 1  # [0, 5, 4, 16]
+    cam = dataclasses.replace(cam, query_start_loc_cpu=qsl, seq_lens_cpu_upper_bound=sl)
+    with pytest.raises(tq_core.RangeError, match=match):
+        builder.build(0, cam)
+
+
+def test_builder_skips_the_host_check_without_host_seq_lens(gen, vllm_config):
+    reqs = [Req(9, 1, False), Req(4, 3, False)]
+    batch = make_batch(gen, reqs, num_q_heads=HQ, num_kv_heads=HK, head_dim=D)
+    builder = TQMetadataBuilder(spec_for("turboquant_k3v4_nc", 16), ["l"], vllm_config, "cpu")
+    cam = dataclasses.replace(common_metadata(batch), seq_lens_cpu_upper_bound=None)
+    meta = builder.build(0, cam)
+    assert meta.plan.decode is not None and meta.plan.decode.num_requests == 2
+
+
 def test_profiling_run_without_metadata():
     impl = TQAttentionImpl(HQ, D, 0.1, HK, kv_cache_dtype="turboquant_4bit_nc")
     q = torch.randn(4, HQ, D)

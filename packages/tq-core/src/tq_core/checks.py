@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .env import env_flag
@@ -202,47 +203,132 @@ def check_attention_args(
         raise ShapeError(f"query_start_loc: has {qsl.shape[0]} entries, expected num_reqs + 1 = {r + 1}")
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
         raise RangeError(f"scale={scale!r}: expected a finite positive float")
+    if max_q_len is not None and (not _is_int(max_q_len) or max_q_len < 1):
+        raise RangeError(f"max_q_len={max_q_len!r}: expected None or a positive int")
     if out is not None:
         o = check_tensor(out, "out", ndim=3, dtypes=FLOAT_DTYPES, device=dev)
         if o.shape != q.shape:
             raise ShapeError(f"out: shape {tuple(o.shape)}, expected the query's {tuple(q.shape)}")
+        check_out_layout(o)
     if check_values and r:
         _check_attention_values(nq, kv, bt, sl, qsl, r, max_q_len)
     return AttentionArgs(p, lay, p.kernel_fields(lay), r, d, hq, hk)
 
 
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def check_out_layout(out: torch.Tensor, name: str = "out") -> None:
+    """Raise :class:`LayoutError` for an output tensor kernels cannot write row by row.
+
+    Its last dim must have stride 1 (kernels write whole head vectors), and no dim of
+    size > 1 may have stride 0 (an expanded view: every row would land on the same
+    bytes, and kernels that derive row addresses from the shape would write past the
+    storage). Other strides (row or head slices of a larger buffer) are accepted.
+    """
+    if out.shape[-1] > 1 and out.stride(-1) != 1:
+        raise LayoutError(
+            f"{name}: last-dim stride {out.stride(-1)} for shape {tuple(out.shape)}, expected 1 "
+            "(each head's values contiguous; pass out.contiguous() and copy back)"
+        )
+    zero = [i for i in range(out.dim()) if out.shape[i] > 1 and out.stride(i) == 0]
+    if zero:
+        raise LayoutError(
+            f"{name}: stride 0 in dim {zero[0]} (strides {out.stride()}, shape {tuple(out.shape)}): "
+            "an expanded view cannot be written; expected a tensor with its own memory per row"
+        )
+
+
+def _host_ints(t: object, name: str) -> np.ndarray:
+    """A CPU index tensor as an int64 numpy array, without a copy where it is already int64."""
+    check_tensor(t, name, ndim=1, dtypes=INDEX_DTYPES)
+    assert isinstance(t, torch.Tensor)
+    if t.device.type != "cpu":
+        raise DeviceError(
+            f"{name}: is on {t.device}, expected a CPU tensor (the host-side check never reads device memory)"
+        )
+    return t.detach().numpy().astype(np.int64, copy=False)
+
+
+def check_host_metadata(
+    seq_lens_cpu: object,
+    query_start_loc_cpu: object,
+    num_query_rows: int,
+    block_table_width: int,
+    block_size: int,
+    max_q_len: int | None = None,
+) -> None:
+    """Check host copies of one batch's attention metadata; no device memory is read.
+
+    ``seq_lens_cpu`` ``[num_reqs]`` and ``query_start_loc_cpu`` ``[num_reqs + 1]`` are CPU
+    index tensors holding the same values as the device tensors passed to ``attention``
+    (vLLM keeps such copies; an upper bound of each sequence length also qualifies). Raises
+    :class:`RangeError` unless ``query_start_loc`` starts at 0, never decreases and ends
+    within ``num_query_rows``, every ``seq_lens`` entry is in ``[q_len, block_table_width *
+    block_size]``, and (with ``max_q_len``) no q_len exceeds it; :class:`DeviceError` for a
+    tensor that is not on the CPU. It costs a few microseconds of numpy on the host and
+    never synchronises with a device. Block ids are not checked: they live only in device
+    memory (``TQ_DEBUG=1`` checks them, see :func:`check_attention_args`).
+    """
+    sl = _host_ints(seq_lens_cpu, "seq_lens")
+    qsl = _host_ints(query_start_loc_cpu, "query_start_loc")
+    if qsl.shape[0] != sl.shape[0] + 1:
+        raise ShapeError(f"query_start_loc: has {qsl.shape[0]} entries, expected num_reqs + 1 = {sl.shape[0] + 1}")
+    for arg, v in (("num_query_rows", num_query_rows), ("block_table_width", block_table_width)):
+        if not _is_int(v) or v < 0:
+            raise RangeError(f"{arg}={v!r}: expected a non-negative int")
+    if not _is_int(block_size) or block_size < 1:
+        raise RangeError(f"block_size={block_size!r}: expected a positive int")
+    if max_q_len is not None and (not _is_int(max_q_len) or max_q_len < 1):
+        raise RangeError(f"max_q_len={max_q_len!r}: expected None or a positive int")
+    _check_lengths(sl, qsl, num_query_rows, block_table_width, block_size, max_q_len)
+
+
+def _check_lengths(sl: np.ndarray, qsl: np.ndarray, nq: int, width: int, bs: int, max_q_len: int | None) -> np.ndarray:
+    """The value checks of lengths and query offsets (host arrays); returns the q_lens."""
+    if int(qsl[0]) != 0:
+        raise RangeError(f"query_start_loc: must start at 0, starts at {int(qsl[0])}")
+    q_lens = qsl[1:] - qsl[:-1]
+    if (q_lens < 0).any():
+        i = int(np.argmax(q_lens < 0))
+        raise RangeError(
+            f"query_start_loc: must be non-decreasing, entry {i + 1} ({int(qsl[i + 1])}) "
+            f"is below entry {i} ({int(qsl[i])})"
+        )
+    if int(qsl[-1]) > nq:
+        raise RangeError(f"query_start_loc: ends at {int(qsl[-1])}, past the {nq} query tokens")
+    if (sl < 0).any():
+        i = int(np.argmax(sl < 0))
+        raise RangeError(f"seq_lens: negative length seq_lens[{i}]={int(sl[i])}")
+    bad = np.flatnonzero(q_lens > sl)
+    if bad.size:
+        i = int(bad[0])
+        raise RangeError(
+            f"request {i}: q_len={int(q_lens[i])} exceeds seq_lens[{i}]={int(sl[i])} "
+            "(the query tokens are the newest tokens of the sequence)"
+        )
+    if max_q_len is not None and q_lens.size and int(q_lens.max()) > max_q_len:
+        i = int(np.argmax(q_lens))
+        raise RangeError(f"request {i}: q_len={int(q_lens[i])} exceeds this implementation's limit of {max_q_len}")
+    over = np.flatnonzero(sl > width * bs)
+    if over.size:
+        i = int(over[0])
+        raise RangeError(f"seq_lens[{i}]={int(sl[i])} exceeds block_table capacity {width} blocks x {bs}")
+    return q_lens
+
+
 def _check_attention_values(
     nq: int, kv: torch.Tensor, bt: torch.Tensor, sl: torch.Tensor, qsl: torch.Tensor, r: int, max_q_len: int | None
 ) -> None:
+    # one synchronising copy of each metadata tensor to the host (the TQ_DEBUG cost)
     nb, bs = kv.shape[0], kv.shape[1]
-    sl_c, qsl_c, bt_c = sl.cpu().long(), qsl.cpu().long(), bt.cpu().long()
-    if int(qsl_c[0]) != 0:
-        raise RangeError(f"query_start_loc: must start at 0, starts at {int(qsl_c[0])}")
-    q_lens = qsl_c[1:] - qsl_c[:-1]
-    if bool((q_lens < 0).any()):
-        raise RangeError("query_start_loc: must be non-decreasing")
-    if int(qsl_c[-1]) > nq:
-        raise RangeError(f"query_start_loc: ends at {int(qsl_c[-1])}, past the {nq} query tokens")
-    if bool((sl_c < 0).any()):
-        raise RangeError("seq_lens: negative length")
-    bad = torch.nonzero(q_lens > sl_c)
-    if bad.numel():
-        i = int(bad[0])
-        raise RangeError(
-            f"request {i}: q_len={int(q_lens[i])} exceeds seq_lens[{i}]={int(sl_c[i])} "
-            "(the query tokens are the newest tokens of the sequence)"
-        )
-    if max_q_len is not None and r and int(q_lens.max()) > max_q_len:
-        i = int(torch.argmax(q_lens))
-        raise RangeError(f"request {i}: q_len={int(q_lens[i])} exceeds this implementation's limit of {max_q_len}")
-    cap = bt_c.shape[1] * bs
-    over = torch.nonzero(sl_c > cap)
-    if over.numel():
-        i = int(over[0])
-        raise RangeError(f"seq_lens[{i}]={int(sl_c[i])} exceeds block_table capacity {bt_c.shape[1]} blocks x {bs}")
-    nblocks = (sl_c + bs - 1) // bs
+    sl_c, qsl_c = sl.cpu().long().numpy(), qsl.cpu().long().numpy()
+    _check_lengths(sl_c, qsl_c, nq, bt.shape[1], bs, max_q_len)
+    bt_c = bt[:r].cpu().long()
+    nblocks = torch.from_numpy((sl_c + bs - 1) // bs)
     used = torch.arange(bt_c.shape[1])[None, :] < nblocks[:, None]
-    ids = bt_c[:r][used]
+    ids = bt_c[used]
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= nb):
         bad_id = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
         raise RangeError(f"block_table: block id {bad_id} is outside the cache's {nb} blocks")

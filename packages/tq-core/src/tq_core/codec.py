@@ -11,6 +11,11 @@ Values: per (token, head) asymmetric uniform: ``zero = min``, ``scale = (max - m
 (2^b - 1)``, both stored as fp16, ``code = floor((v - zero) / scale + 1/2)`` computed with
 the stored fp16 scale and zero so that the decoder's ``zero + code * scale`` is the
 nearest representable level.
+
+Non-finite inputs: before any of this, every element of a key or value token goes
+through :func:`finite_input` (NaN -> 0, +inf -> +65504, -inf -> -65504, in float32), and
+each stored field then saturates to its format: fp8 keys at ±448, the fp16 key norm,
+value scale and zero point at ±65504. The cache therefore only ever holds finite numbers.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class EncodedKV(NamedTuple):
 
 @functools.cache
 def _codebook_cpu(bits: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    # shared by every encode and decode: never handed to a caller (see key_codebook)
     cb = get_codebook(bits, "gaussian")
     s = 1.0 / math.sqrt(head_dim)
     cent = torch.tensor(cb.centroids, dtype=torch.float64) * s
@@ -49,15 +55,25 @@ def _codebook_cpu(bits: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]
     return cent.to(torch.float32), bounds.to(torch.float32)
 
 
-def key_codebook(
-    preset: str | Preset, head_dim: int, device: torch.device | str = "cpu"
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(centroids, decision boundaries) in float32, already scaled by 1/sqrt(head_dim)."""
-    p = get_preset(preset)
+def _shared_codebook(p: Preset, head_dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The codec's own tables on ``device``: the cached tensors themselves on CPU, read only."""
     if p.key_is_fp8:
         raise ValueError(f"{p.name} stores fp8 keys and has no codebook")
     cent, bounds = _codebook_cpu(p.key_bits, head_dim)
     return cent.to(device), bounds.to(device)
+
+
+def key_codebook(
+    preset: str | Preset, head_dim: int, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(centroids, decision boundaries) in float32, already scaled by 1/sqrt(head_dim).
+
+    Each call returns new tensors that the caller owns: editing them in place changes
+    nothing that tq_core encodes or decodes later.
+    """
+    p = get_preset(preset)
+    cent, bounds = _shared_codebook(p, head_dim, torch.device("cpu"))
+    return cent.to(device, copy=True), bounds.to(device, copy=True)
 
 
 def rotate(x: torch.Tensor) -> torch.Tensor:
@@ -73,9 +89,20 @@ def _from_fp16_bytes(b: torch.Tensor) -> torch.Tensor:
     return b.contiguous().view(torch.float16).squeeze(-1)
 
 
+def finite_input(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in float32 with NaN -> 0, +inf -> +65504 and -inf -> -65504; finite values unchanged.
+
+    Every key and value element passes through this before encoding. A non-finite value
+    in a cache slot would reach rows that do not attend to it (0 * NaN in the
+    probability-value product of matrix-unit kernels) and every request sharing the block
+    through prefix caching, so the cache holds finite numbers only.
+    """
+    return torch.nan_to_num(x.float(), nan=0.0, posinf=FP16_MAX, neginf=-FP16_MAX)
+
+
 def quantize_keys(key: torch.Tensor, preset: Preset) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Keys ``[..., d]`` -> (packed codes or fp8 bytes, fp16 norms or None)."""
-    k = key.float()
+    """Keys ``[..., d]`` -> (packed codes or fp8 bytes, fp16 norms or None); see :func:`finite_input`."""
+    k = finite_input(key)
     if preset.key_is_fp8:
         fp8 = k.clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
         return fp8.view(torch.uint8), None
@@ -84,7 +111,7 @@ def quantize_keys(key: torch.Tensor, preset: Preset) -> tuple[torch.Tensor, torc
     y = rotate(k)
     safe = torch.where(norm > 0, norm, torch.ones_like(norm))
     unit = torch.where((norm > 0)[..., None], y / safe[..., None], torch.zeros_like(y))
-    _, bounds = key_codebook(preset, d, k.device)
+    _, bounds = _shared_codebook(preset, d, k.device)
     # a coordinate exactly on a boundary takes the upper code, as vLLM's store does
     codes = torch.searchsorted(bounds, unit.contiguous(), right=True)
     norm16 = norm.clamp(max=FP16_MAX).to(torch.float16)
@@ -97,7 +124,7 @@ def dequantize_keys(
     """Inverse of :func:`quantize_keys` in float32; ``rotated=True`` skips the final H."""
     if preset.key_is_fp8:
         return key_codes.contiguous().view(torch.float8_e4m3fn).float()
-    cent, _ = key_codebook(preset, head_dim, key_codes.device)
+    cent, _ = _shared_codebook(preset, head_dim, key_codes.device)
     c = cent[unpack_codes(key_codes, preset.key_bits, head_dim)]
     if preset.norm_correction:
         cn = torch.linalg.vector_norm(c, dim=-1, keepdim=True)
@@ -107,8 +134,8 @@ def dequantize_keys(
 
 
 def quantize_values(value: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Values ``[..., d]`` -> (packed codes, fp16 scale, fp16 zero)."""
-    v = value.float()
+    """Values ``[..., d]`` -> (packed codes, fp16 scale, fp16 zero); see :func:`finite_input`."""
+    v = finite_input(value)
     levels = (1 << bits) - 1
     vmin = v.amin(-1)
     vmax = v.amax(-1)

@@ -13,6 +13,10 @@ What tq-core gives a backend, so that no backend re-derives it:
   check, returning :class:`StoreArgs` / :class:`AttentionArgs` (preset, layout and the
   :class:`KernelFields` the kernels address the cache with). Checks of metadata *values*
   read device memory; fast backends pass ``check_values=debug_enabled()``.
+- :func:`check_host_metadata`: the same length and offset checks on host (CPU) copies of
+  the metadata, for callers that have them (tq-vllm): no device read, no synchronisation.
+  :func:`check_out_layout`: the layout rule for ``out`` that ``check_attention_args``
+  applies.
 - :func:`debug_enabled` (``TQ_DEBUG``) and :func:`env_flag`, the one parser of boolean
   environment switches.
 - :func:`gather_kv`: a request's cached keys and values, decoded (what attention reads).
@@ -32,7 +36,15 @@ from importlib import metadata
 import torch
 
 from .attention import attention as core_attention
-from .checks import AttentionArgs, StoreArgs, check_attention_args, check_store_args, debug_enabled
+from .checks import (
+    AttentionArgs,
+    StoreArgs,
+    check_attention_args,
+    check_host_metadata,
+    check_out_layout,
+    check_store_args,
+    debug_enabled,
+)
 from .env import env_flag
 from .errors import BackendUnavailableError
 from .layout import KernelFields
@@ -155,6 +167,8 @@ __all__ = [
     "StoreArgs",
     "backend_names",
     "check_attention_args",
+    "check_host_metadata",
+    "check_out_layout",
     "check_store_args",
     "core_backend",
     "debug_enabled",

@@ -3,13 +3,29 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import astuple, dataclass
+from types import MappingProxyType
 from typing import Literal
 
 from .errors import PresetError, ShapeError
 from .layout import BlockLayout, KernelFields, SlotLayout, block_layout, kernel_fields, slot_layout
 
 SUPPORTED_HEAD_DIMS: tuple[int, ...] = (64, 128, 256, 512)
+
+KEY_KINDS: tuple[str, ...] = ("fp8", "lloyd_max")
+
+# (name, key_kind, key_bits, value_bits, norm_correction) of every preset tq implements.
+# The kernels are specialised to exactly these formats (tq-triton unpacks 3- and 4-bit
+# codes only and always applies norm correction to Lloyd-Max keys; tq-sycl looks presets
+# up by name), so a Preset must be one of them: a custom format would be accepted by the
+# reference codec and computed differently, or not at all, by the fast backends.
+_SHIPPED: tuple[tuple[str, str, int, int, bool], ...] = (
+    ("turboquant_k8v4", "fp8", 8, 4, False),
+    ("turboquant_4bit_nc", "lloyd_max", 4, 4, True),
+    ("turboquant_k3v4_nc", "lloyd_max", 3, 4, True),
+    ("turboquant_3bit_nc", "lloyd_max", 3, 3, True),
+)
 
 
 @dataclass(frozen=True)
@@ -19,6 +35,10 @@ class Preset:
     ``key_kind`` is ``"fp8"`` (raw key cast to float8 e4m3, no rotation) or
     ``"lloyd_max"`` (norm + Hadamard-rotated unit vector, ``key_bits`` Lloyd-Max codes).
     Values are always per-token asymmetric uniform with ``value_bits`` bits.
+
+    Only the four shipped formats (:data:`PRESETS`) can be constructed: every field is
+    validated and any other combination raises :class:`PresetError`, because the fast
+    backends implement exactly those four.
     """
 
     name: str
@@ -26,6 +46,40 @@ class Preset:
     key_bits: int
     value_bits: int
     norm_correction: bool
+
+    def __post_init__(self) -> None:
+        def is_int(x: object) -> bool:
+            return isinstance(x, int) and not isinstance(x, bool)
+
+        if not isinstance(self.name, str) or not self.name:
+            raise PresetError(f"Preset name={self.name!r}: expected a non-empty str")
+        where = f"Preset {self.name!r}"
+        if self.key_kind not in KEY_KINDS:
+            raise PresetError(f"{where}: key_kind={self.key_kind!r}, expected one of {KEY_KINDS}")
+        if not is_int(self.key_bits):
+            raise PresetError(f"{where}: key_bits={self.key_bits!r}, expected an int")
+        if not is_int(self.value_bits) or not 1 <= self.value_bits <= 8:
+            raise PresetError(f"{where}: value_bits={self.value_bits!r}, expected an int in 1..8")
+        if not isinstance(self.norm_correction, bool):
+            raise PresetError(f"{where}: norm_correction={self.norm_correction!r}, expected a bool")
+        if self.key_kind == "fp8":
+            if self.key_bits != 8:
+                raise PresetError(f"{where}: fp8 keys are 8 bits, got key_bits={self.key_bits}")
+            if self.norm_correction:
+                raise PresetError(f"{where}: fp8 keys store no norm, so norm_correction must be False")
+        elif not 1 <= self.key_bits <= 4:
+            raise PresetError(f"{where}: key_bits={self.key_bits}, the Lloyd-Max codebooks cover 1..4 bits")
+        if astuple(self) not in _SHIPPED:
+            names = {fmt[1:]: fmt[0] for fmt in _SHIPPED}
+            twin = names.get(astuple(self)[1:])
+            if twin is not None:
+                raise PresetError(f"{where}: this format is the shipped preset {twin!r}; name it so")
+            shipped = ", ".join(f"Preset{fmt!r}" for fmt in _SHIPPED)
+            raise PresetError(
+                f"{where}: ({self.key_kind}, key_bits={self.key_bits}, value_bits={self.value_bits}, "
+                f"norm_correction={self.norm_correction}) is not a format tq implements; custom presets are "
+                f"not supported because the kernels implement only the shipped ones: {shipped}"
+            )
 
     @property
     def key_is_fp8(self) -> bool:
@@ -69,21 +123,17 @@ _slot_layout_cached = functools.lru_cache(maxsize=256)(slot_layout)
 _block_layout_cached = functools.lru_cache(maxsize=1024)(block_layout)
 _kernel_fields_cached = functools.lru_cache(maxsize=1024)(kernel_fields)
 
-PRESETS: dict[str, Preset] = {
-    p.name: p
-    for p in (
-        Preset("turboquant_k8v4", "fp8", 8, 4, norm_correction=False),
-        Preset("turboquant_4bit_nc", "lloyd_max", 4, 4, norm_correction=True),
-        Preset("turboquant_k3v4_nc", "lloyd_max", 3, 4, norm_correction=True),
-        Preset("turboquant_3bit_nc", "lloyd_max", 3, 3, norm_correction=True),
-    )
-}
+PRESETS: Mapping[str, Preset] = MappingProxyType({fmt[0]: Preset(*fmt) for fmt in _SHIPPED})
+"""The shipped presets by vLLM cache dtype name (read only)."""
 
 
 def get_preset(preset: str | Preset) -> Preset:
-    """The :class:`Preset` called ``preset`` (a Preset is returned unchanged)."""
+    """The :class:`Preset` called ``preset``; a Preset is returned as the shipped one it equals."""
     if isinstance(preset, Preset):
-        return preset
+        shipped = PRESETS.get(preset.name) if isinstance(preset.name, str) else None
+        if shipped is preset or shipped == preset:
+            return shipped
+        raise PresetError(f"preset={preset!r} is not one of the shipped presets: expected one of {sorted(PRESETS)}")
     if isinstance(preset, str) and preset in PRESETS:
         return PRESETS[preset]
     raise PresetError(f"preset={preset!r} is not a TurboQuant preset: expected one of {sorted(PRESETS)}")

@@ -117,8 +117,8 @@ inline AttentionParams params_from_dict(const py::dict& a) {
   for (int32_t dt : {p.query_dtype, p.out_dtype})
     if (dt != kFloat32 && dt != kFloat16 && dt != kBFloat16)
       throw py::value_error("attention args: dtype code must be 0 (f32), 1 (f16) or 2 (bf16)");
-  if (p.num_kv_heads < 1 || p.num_q_heads % p.num_kv_heads != 0)
-    throw py::value_error("attention args: num_q_heads must be a multiple of num_kv_heads");
+  if (p.num_kv_heads < 1 || p.num_q_heads < p.num_kv_heads || p.num_q_heads % p.num_kv_heads != 0)
+    throw py::value_error("attention args: num_q_heads must be a positive multiple of num_kv_heads");
   if (p.num_splits < 1 || p.rows_per_tile < 1) throw py::value_error("attention args: num_splits, rows_per_tile >= 1");
   if (!p.preset.key_fp8 && p.centroids == nullptr)
     throw py::value_error("attention args: Lloyd-Max presets need 'centroids'");

@@ -93,15 +93,19 @@ double attention_host(const py::dict& args, const std::string& kernel) {
   Staging& st = staging();
   sycl::queue& q = st.queue();
   const int64_t nq = p.num_q_tokens;
-  const size_t q_bytes = static_cast<size_t>(nq * p.q_stride_token) * element_size(p.query_dtype);
-  const size_t o_bytes = static_cast<size_t>(nq * p.o_stride_token) * element_size(p.out_dtype);
+  // bytes from the first to one past the last element each strided array spans
+  const auto extent = [](int64_t n, int64_t stride, int64_t last) { return n > 0 ? (n - 1) * stride + last : 0; };
+  const int64_t row_elems_q = (p.num_q_heads - 1) * p.q_stride_head + p.layout.head_dim;
+  const int64_t row_elems_o = (p.num_q_heads - 1) * p.o_stride_head + p.layout.head_dim;
+  const size_t q_bytes = static_cast<size_t>(extent(nq, p.q_stride_token, row_elems_q)) * element_size(p.query_dtype);
+  const size_t o_bytes = static_cast<size_t>(extent(nq, p.o_stride_token, row_elems_o)) * element_size(p.out_dtype);
   void* host_out = p.out;
   p.query = st.upload(0, p.query, q_bytes);
   p.out = st.upload(1, p.out, o_bytes);  // rows the kernels do not write keep their values
   p.cache = static_cast<const uint8_t*>(
       st.upload(2, p.cache, static_cast<size_t>(p.num_blocks) * static_cast<size_t>(p.cache_block_stride)));
   p.block_table = static_cast<const int32_t*>(
-      st.upload(3, p.block_table, static_cast<size_t>(p.num_reqs) * static_cast<size_t>(p.bt_stride) * 4));
+      st.upload(3, p.block_table, static_cast<size_t>(extent(p.num_reqs, p.bt_stride, p.bt_cols)) * 4));
   p.seq_lens = static_cast<const int32_t*>(st.upload(4, p.seq_lens, static_cast<size_t>(p.num_reqs) * 4));
   p.query_start_loc =
       static_cast<const int32_t*>(st.upload(5, p.query_start_loc, static_cast<size_t>(p.num_reqs + 1) * 4));

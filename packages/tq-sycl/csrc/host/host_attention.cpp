@@ -107,12 +107,16 @@ void merge_tile(const AttentionParams& p, int64_t tile, int32_t head) {
       w[s] = lse_merge_weight(ms, p.ws_m[i], p.ws_l[i]);
     }
     const int32_t row = t.row_begin + rr;
-    const int64_t dst = query_token(t, row, g) * p.o_stride_token + query_head(head, row, g) * p.o_stride_head;
+    const int64_t tok = query_token(t, row, g);
+    const int32_t qh = query_head(head, row, g);
+    const int64_t dst = tok * p.o_stride_token + qh * p.o_stride_head;
+    // a query row with a NaN or ±inf element gives a NaN row (see softmax.hpp)
+    const bool finite = row_is_finite(p.query, tok * p.q_stride_token + qh * p.q_stride_head, d, p.query_dtype);
     for (int32_t c = 0; c < d; ++c) {
       float o = 0.f;
       for (int32_t s = 0; s < n; ++s)
         if (w[s] != 0.f) o += w[s] * p.ws_acc[ws_row_index(p, tile, head, s, rr) * d + c];
-      store_element(p.out, dst + c, p.out_dtype, o);
+      store_element(p.out, dst + c, p.out_dtype, finite ? o : quiet_nan());
     }
   }
 }

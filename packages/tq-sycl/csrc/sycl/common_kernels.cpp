@@ -81,7 +81,13 @@ sycl::event merge_d(sycl::queue& q, const AttentionParams& p) {
           }
           const int32_t g = group_size(pp);
           const int32_t row = t.row_begin + rr;
-          const int64_t dst = query_token(t, row, g) * pp.o_stride_token + query_head(head, row, g) * pp.o_stride_head;
+          const int64_t tok = query_token(t, row, g);
+          const int32_t qh = query_head(head, row, g);
+          const int64_t dst = tok * pp.o_stride_token + qh * pp.o_stride_head;
+          // a query row with a NaN or ±inf element gives a NaN row (see softmax.hpp);
+          // the early return above is uniform over the work-group, so all of it gets here
+          const float qc = load_element(pp.query, tok * pp.q_stride_token + qh * pp.q_stride_head + c, pp.query_dtype);
+          if (sycl::any_of_group(it.get_group(), !is_finite(qc))) o = quiet_nan();
           store_element(pp.out, dst + c, pp.out_dtype, o);
         });
   });

@@ -25,7 +25,7 @@ from .errors import KernelChoiceError
 KERNELS = ("scalar", "esimd", "jm", "host")
 
 _bridge_lock = threading.Lock()
-_bridge = None  # the process-wide nightly bridge, started on first use
+_bridge = None  # the process-wide nightly bridge, started on first use; it serialises requests
 
 
 def attention(
@@ -159,6 +159,8 @@ def _nightly_bridge(reasons: list[str]):
 
     with _bridge_lock:
         if _bridge is None or not _bridge.alive:
+            if _bridge is not None:
+                _bridge.close()  # a dead child's segment and stderr file go now, not at GC
             _bridge = Bridge(backend="nightly")
             _bridge.start()
         return _bridge

@@ -289,7 +289,7 @@ def time_ms(fn: Callable[[], None], warmup: int = 25, rep: int = 100, graph: boo
     import triton.testing
 
     if graph and torch.cuda.is_available() and torch.cuda.is_initialized():
-        fn()  # compile and allocate workspaces outside the capture
+        fn()  # compile outside the capture
         torch.cuda.synchronize()
         return float(triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median"))
     return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))

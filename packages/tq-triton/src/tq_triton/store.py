@@ -24,6 +24,7 @@ from .tuning import StoreConfig, launch_options, store_config
 
 FP16_MAX = tl.constexpr(65504.0)
 FP8_MAX = tl.constexpr(448.0)
+FP32_INF = tl.constexpr(float("inf"))
 
 
 @triton.jit
@@ -46,6 +47,30 @@ def _fp8_e4m3_bits(x):
 
 
 @triton.jit
+def _finite(x):
+    """float32 ``x`` with NaN -> 0, +inf -> +65504, -inf -> -65504, finite values kept
+    (tq_core.codec.finite_input)."""
+    r = tl.where(tl.abs(x) < FP32_INF, x, tl.where(x > 0, FP16_MAX, -FP16_MAX))
+    return tl.where(x == x, r, 0.0)
+
+
+@triton.jit
+def _any_row(bad):
+    """True when any entry of the per-row flags ``bad`` is set (one scalar per program)."""
+    return tl.max(bad.to(tl.int32), axis=0) > 0
+
+
+@triton.jit
+def _min_nan(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _max_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
 def codebook_codes(u, Bounds, NUM_BOUNDS: tl.constexpr):
     """Codes of the coordinates ``u``: the number of the ``NUM_BOUNDS`` ascending boundaries
     that are <= u, so that a coordinate on a boundary takes the upper code (vLLM's rule)."""
@@ -63,6 +88,8 @@ def _store_kernel(
     SlotMapping,
     Bounds,
     num_tokens,
+    num_slots,
+    stride_sm,
     stride_kt,
     stride_kh,
     stride_vt,
@@ -88,19 +115,28 @@ def _store_kernel(
     pid_t = tl.program_id(0)
     h = tl.program_id(1).to(tl.int64)
     t = pid_t.to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
-    slot = tl.load(SlotMapping + t, mask=t < num_tokens, other=-1).to(tl.int64)
-    ok = slot >= 0
+    slot = tl.load(SlotMapping + t * stride_sm, mask=t < num_tokens, other=-1).to(tl.int64)
+    # padding (negative) and slots past the cache are skipped: no token writes outside it
+    ok = (slot >= 0) & (slot < num_slots)
     slot = tl.where(ok, slot, 0)
     off = slot % BLOCK_SIZE
     base = Cache + (slot // BLOCK_SIZE) * stride_blk + h * HEAD_STRIDE  # this token's (block, head)
     d = tl.arange(0, D)
 
     k = tl.load(K + t[:, None] * stride_kt + h * stride_kh + d[None, :], mask=ok[:, None], other=0.0).to(tl.float32)
+    # Non-finite elements are replaced before encoding (tq_core.codec.finite_input). Rows
+    # are checked through sums and min/max the encoder computes anyway; only a program
+    # holding such a row pays for the per-element replacement.
     if KEY_FP8:
-        k8 = _fp8_e4m3_bits(k)
+        # the fp8 cast saturates ±inf (and ±65504) to ±448 by itself: only NaN needs replacing
+        k8 = _fp8_e4m3_bits(tl.where(k == k, k, 0.0))
         tl.store(field_ptr(base[:, None], off[:, None], KEY_OFF, KEY_BYTES) + d[None, :], k8, mask=ok[:, None])
     else:
-        norm = tl.sqrt(tl.sum(k * k, axis=1))
+        ss = tl.sum(k * k, axis=1)  # NaN or inf for a row with a non-finite element
+        if _any_row(~(ss < FP32_INF)):
+            k = _finite(k)
+            ss = tl.sum(k * k, axis=1)
+        norm = tl.sqrt(ss)
         y = fwht_rows(k, BLOCK_T, D, LOG2_D)
         # y is sqrt(D) * (H k); the unit vector's coordinate is y / (sqrt(D) * norm)
         inv = tl.where(norm > 0, 1.0 / (tl.where(norm > 0, norm, 1.0) * tl.sqrt(D * 1.0)), 0.0)
@@ -113,8 +149,13 @@ def _store_kernel(
 
     v = tl.load(V + t[:, None] * stride_vt + h * stride_vh + d[None, :], mask=ok[:, None], other=0.0).to(tl.float32)
     LEVELS: tl.constexpr = (1 << VBITS) - 1
-    vmin = tl.min(v, axis=1)
-    vmax = tl.max(v, axis=1)
+    # NaN-propagating: a row's min or max is NaN or ±inf exactly when it holds such an element
+    vmin = tl.reduce(v, 1, _min_nan)
+    vmax = tl.reduce(v, 1, _max_nan)
+    if _any_row(~((vmin > -FP32_INF) & (vmax < FP32_INF))):
+        v = _finite(v)
+        vmin = tl.min(v, axis=1)
+        vmax = tl.max(v, axis=1)
     scale16 = tl.minimum((vmax - vmin) / LEVELS, FP16_MAX).to(tl.float16)
     zero16 = tl.minimum(tl.maximum(vmin, -FP16_MAX), FP16_MAX).to(tl.float16)
     scale = scale16.to(tl.float32)
@@ -138,7 +179,16 @@ def store(
     config: StoreConfig | None = None,
 ) -> None:
     """Encode ``key``/``value`` ``[num_tokens, num_kv_heads, head_dim]`` into ``kv_cache`` at
-    ``slot_mapping`` (negative entries skipped). Same contract as ``tq_core.store``."""
+    ``slot_mapping``. Same contract as ``tq_core.store``.
+
+    ``slot_mapping`` is read through its stride (a view such as ``t[::2]`` is fine). Tokens
+    whose slot is negative (padding) or ``>= num_blocks * block_size`` are skipped inside
+    the kernel, so no slot value writes outside ``kv_cache``; ``TQ_DEBUG=1`` raises
+    ``RangeError`` for a slot past the cache instead (a host sync). A slot that appears
+    twice in one call raises ``RangeError`` under ``TQ_DEBUG=1``; without it, which of the
+    tokens' bytes land in that slot is undefined (possibly a mix of their fields), and
+    still nothing is written outside the cache.
+    """
     args = check_store_args(key, value, kv_cache, slot_mapping, preset, check_values=debug_enabled())
     check_runnable(key.device)
     n, h, d = key.shape
@@ -159,6 +209,8 @@ def store(
         slot_mapping,
         bounds,
         n,
+        args.num_slots,
+        slot_mapping.stride(0),
         key.stride(0),
         key.stride(1),
         value.stride(0),

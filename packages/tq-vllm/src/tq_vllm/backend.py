@@ -28,7 +28,7 @@ from vllm.v1.attention.backend import (
 from vllm.v1.kv_cache_interface import AttentionSpec, KVCacheLayout
 
 from tq_core import PRESETS, SUPPORTED_HEAD_DIMS, DtypeError, Preset, PresetError, get_preset
-from tq_core.contract import Backend
+from tq_core.contract import Backend, check_host_metadata
 
 from . import _env, _stats
 from .ops import LayerStep, query_len_limit, run_batch, select_kernels, tq_cache_view, triton_query_len_limit
@@ -178,6 +178,19 @@ class TQMetadataBuilder(AttentionMetadataBuilder[TQMetadata]):
         self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool = False
     ) -> TQMetadata:
         cam = common_attn_metadata
+        seq_lens_cpu = getattr(cam, "seq_lens_cpu_upper_bound", None)
+        if seq_lens_cpu is not None:
+            # vLLM's host copies, checked on the host once per step (no device read, no sync,
+            # nothing allocated on the device: safe under CUDA graphs). The seq_lens are an
+            # upper bound (exact except for async speculative decode rows), which vLLM keeps
+            # within the blocks it allocated, so the capacity check holds for it too.
+            check_host_metadata(
+                seq_lens_cpu[: cam.num_reqs],
+                cam.query_start_loc_cpu[: cam.num_reqs + 1],
+                num_query_rows=cam.num_actual_tokens,
+                block_table_width=cam.block_table_tensor.shape[1],
+                block_size=self.kv_cache_spec.block_size,
+            )
         plan = plan_batch(
             num_reqs=cam.num_reqs,
             query_start_loc=cam.query_start_loc,

@@ -21,6 +21,12 @@ inline uint32_t float_to_bits(float f) {
   return u;
 }
 
+// False for ±inf and NaN. A test of the exponent bits, so it still holds where the
+// compiler may assume finite arithmetic (fast-math defaults of SYCL compilers).
+inline bool is_finite(float f) { return (float_to_bits(f) & 0x7F800000u) != 0x7F800000u; }
+
+inline float quiet_nan() { return bits_to_float(0x7FC00000u); }
+
 // IEEE binary16 -> binary32, exact (every half is a float).
 inline float half_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
@@ -97,6 +103,13 @@ inline float load_element(const void* base, int64_t index, int32_t dtype) {
   if (dtype == kFloat32) return static_cast<const float*>(base)[index];
   const uint16_t bits = static_cast<const uint16_t*>(base)[index];
   return dtype == kFloat16 ? half_to_float(bits) : bf16_to_float(bits);
+}
+
+// True when elements base[index .. index + n) of a query / output tensor are all finite.
+inline bool row_is_finite(const void* base, int64_t index, int32_t n, int32_t dtype) {
+  bool finite = true;
+  for (int32_t c = 0; c < n; ++c) finite = finite && is_finite(load_element(base, index + c, dtype));
+  return finite;
 }
 
 inline void store_element(void* base, int64_t index, int32_t dtype, float v) {

@@ -8,9 +8,13 @@
 // q_len on the host. A program binary-searches its request; surplus tiles exit.
 //
 // Every value read from metadata is clamped, so bad metadata can produce wrong numbers
-// but never an out-of-bounds access (docs/design.md#one-api-several-implementations).
+// but never an out-of-bounds access (docs/design.md#one-api-several-implementations):
+// query_start_loc entries into [0, num_q_tokens] (a request's end never before its start),
+// seq_len into [0, bt_cols * block_size], q_len into [0, seq_len]; block ids outside
+// [0, num_blocks) mask their tokens (block_of). The sizes come from the argument dict.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 
 #include "params.hpp"
@@ -51,7 +55,9 @@ inline bool locate_tile(const AttentionParams& p, int64_t tile, TileRows* out) {
   const int32_t g = group_size(p);
   const int64_t q0 = clamp64(p.query_start_loc[r], 0, p.num_q_tokens);
   const int64_t q1 = clamp64(p.query_start_loc[r + 1], q0, p.num_q_tokens);
-  const int64_t capacity = static_cast<int64_t>(p.bt_cols) * p.layout.block_size;
+  // positions stay below INT32_MAX - kTileTokens, so a tile's int32 position math cannot overflow
+  const int64_t capacity =
+      clamp64(static_cast<int64_t>(p.bt_cols) * p.layout.block_size, 0, INT32_MAX - kTileTokens);
   const int32_t seq_len = static_cast<int32_t>(clamp64(p.seq_lens[r], 0, capacity));
   const int32_t q_len = static_cast<int32_t>(clamp64(q1 - q0, 0, seq_len));
   const int64_t row_begin = (tile - first) * p.rows_per_tile;

@@ -35,6 +35,11 @@ inline float softmax_weight(float s, float m) { return std::exp2(s - safe_max(m)
 // w_s = exp2(m_s - M) / L and L = sum_s l_s * exp2(m_s - M). Splits with l_s == 0
 // (entirely masked for this row) contribute nothing; a row with no visible token gets
 // w = 0 everywhere (output 0, never NaN). m/l of split s sit at m[s * stride].
+//
+// Non-finite queries: the merge writes quiet_nan() to every element of a row whose query
+// has a NaN or ±inf element (tq_core's result), whatever its partials hold. The cache
+// holds only finite numbers (the store replaces non-finite inputs), so every other row
+// is finite and no row depends on another row's query.
 struct MergeScale {
   float max;
   float inv_total;

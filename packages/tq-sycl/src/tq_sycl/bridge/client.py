@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import math
 import os
 import select
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import weakref
 from multiprocessing import shared_memory
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 import torch
+
+from tq_core.errors import RangeError
 
 from ..__about__ import __version__
 from ..errors import BridgeCrashError, BridgeError, BridgeProtocolError, BridgeTimeoutError, BridgeVersionError
@@ -27,6 +32,16 @@ DEFAULT_START_TIMEOUT = 120.0  # a JIT build of the kernels on first device use 
 DEFAULT_REQUEST_TIMEOUT = 300.0
 
 
+def check_seconds(name: str, value: object) -> float:
+    """``value`` as a timeout in seconds: a finite number > 0, else ``RangeError``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RangeError(f"{name}={value!r}: expected a finite number of seconds > 0")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise RangeError(f"{name}={value!r}: expected a finite number of seconds > 0")
+    return seconds
+
+
 def _env_seconds(name: str, default: float) -> float:
     raw = os.environ.get(name)
     if not raw:
@@ -34,20 +49,28 @@ def _env_seconds(name: str, default: float) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"{name}={raw!r}: expected seconds as a number") from None
-    if value <= 0:
-        raise ValueError(f"{name}={raw!r}: expected a positive number of seconds")
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise RangeError(f"{name}={raw!r}: expected a finite number of seconds > 0")
     return value
 
 
+def _timeout(name: str, value: float | None, env_name: str, default: float) -> float:
+    """An explicit timeout (checked), else the environment's, else the default."""
+    return _env_seconds(env_name, default) if value is None else check_seconds(name, value)
+
+
 def _cleanup(proc: subprocess.Popen | None, shm: list[shared_memory.SharedMemory]) -> None:
-    # runs from weakref.finalize at garbage collection or interpreter exit
+    # runs from Bridge._abort, and from weakref.finalize at garbage collection or exit
     if proc is not None and proc.poll() is None:
         proc.kill()
         proc.wait()
     for seg in shm:
-        seg.close()
-        seg.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            seg.unlink()  # the name goes now, whatever still maps the segment
+        # BufferError: a tensor still views the mapping; it is unmapped when that view goes
+        with contextlib.suppress(BufferError):
+            seg.close()
     shm.clear()
 
 
@@ -56,9 +79,16 @@ class Bridge:
 
     ``argv`` and ``env`` replace the command and environment of the child (by default
     ``python -m tq_sycl.bridge.child --backend <backend>``, with the nightly's lib
-    directory first on LD_LIBRARY_PATH for ``nightly``). Timeouts in seconds default to
-    ``TQ_SYCL_BRIDGE_START_TIMEOUT`` / ``TQ_SYCL_BRIDGE_TIMEOUT``. After a timeout, a
-    crash or a protocol error the child is gone and the bridge is closed for good.
+    directory first on LD_LIBRARY_PATH for ``nightly``). Timeouts are in seconds, finite
+    and > 0 (``RangeError`` otherwise); ``None`` takes ``TQ_SYCL_BRIDGE_START_TIMEOUT`` /
+    ``TQ_SYCL_BRIDGE_TIMEOUT``, else 120 s to start (a first JIT build is slow) and 300 s
+    per request. After a timeout, a crash or a protocol error the child is gone and the
+    bridge is closed for good: later requests raise ``BridgeError``.
+
+    One bridge may serve several threads: a lock serialises each request/response
+    exchange together with its use of the shared-memory segment, so requests run one at
+    a time in the child. ``close()`` frees the segment and the child's stderr file, also
+    when the child has died.
     """
 
     def __init__(
@@ -81,8 +111,10 @@ class Bridge:
 
             env = toolchain.nightly_env() if backend == "nightly" else dict(os.environ)
         self.env = env
-        self.start_timeout = start_timeout or _env_seconds(START_TIMEOUT_ENV, DEFAULT_START_TIMEOUT)
-        self.request_timeout = request_timeout or _env_seconds(REQUEST_TIMEOUT_ENV, DEFAULT_REQUEST_TIMEOUT)
+        self.start_timeout = _timeout("start_timeout", start_timeout, START_TIMEOUT_ENV, DEFAULT_START_TIMEOUT)
+        self.request_timeout = _timeout(
+            "request_timeout", request_timeout, REQUEST_TIMEOUT_ENV, DEFAULT_REQUEST_TIMEOUT
+        )
         self.hello: dict[str, Any] = {}
         self.last_kernel_ms: float | None = None
         self._proc: subprocess.Popen | None = None
@@ -92,6 +124,9 @@ class Bridge:
         self._shm: list[shared_memory.SharedMemory] = []  # at most one live segment
         self._closed = False
         self._finalizer: weakref.finalize | None = None
+        # held for a whole exchange (write, read, shared-memory use); re-entrant because
+        # attention() and close() call request()
+        self._lock = threading.RLock()
 
     # lifecycle ----------------------------------------------------------------------
 
@@ -109,6 +144,10 @@ class Bridge:
 
     def start(self) -> dict[str, Any]:
         """Starts the child and checks its hello; returns the hello."""
+        with self._lock:
+            return self._start()
+
+    def _start(self) -> dict[str, Any]:
         if self._proc is not None:
             raise BridgeError("bridge already started")
         # kept open for the child's whole life (its stderr); closed with the bridge
@@ -162,31 +201,37 @@ class Bridge:
             )
 
     def close(self) -> None:
-        """Asks the child to exit (kills it if it does not), frees the shared memory."""
-        if self._closed:
-            return
-        try:
-            if self.alive:
-                self.request("shutdown", timeout=5.0)
-        except BridgeError:
-            pass
-        self._abort()
+        """Asks the child to exit (kills it if it does not); frees the shared memory and the
+        child's stderr file, also when the child is already dead. Idempotent."""
+        with self._lock:
+            try:
+                if self.alive:
+                    self._request("shutdown", timeout=5.0)
+            except BridgeError:
+                pass  # the child is gone either way; _abort releases what is left
+            self._abort()
 
     def _abort(self) -> None:
+        """Kills the child if it runs and releases everything; never raises for a dead child."""
         self._closed = True
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
-        if self._proc is not None:
-            self._proc.wait()
-            for pipe in (self._proc.stdin, self._proc.stdout):
-                if pipe is not None:
-                    pipe.close()
-        _cleanup(None, self._shm)
-        if self._stderr is not None:
-            self._stderr.close()
-            self._stderr = None
-        if self._finalizer is not None:
-            self._finalizer.detach()
+        proc = self._proc
+        try:
+            if proc is not None:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.wait()
+                for pipe in (proc.stdin, proc.stdout):
+                    if pipe is not None:
+                        # BrokenPipeError: bytes left unflushed for a dead child
+                        with contextlib.suppress(OSError):
+                            pipe.close()
+        finally:
+            _cleanup(None, self._shm)
+            if self._stderr is not None:
+                self._stderr.close()
+                self._stderr = None
+            if self._finalizer is not None:
+                self._finalizer.detach()
 
     def __enter__(self) -> Bridge:
         if self._proc is None:
@@ -235,7 +280,7 @@ class Bridge:
         line, _, self._buf = self._buf.partition(b"\n")
         return line
 
-    def _crashed(self, what: str) -> None:
+    def _crashed(self, what: str, when: str = "during") -> NoReturn:
         assert self._proc is not None
         pid = self.pid
         try:
@@ -253,23 +298,33 @@ class Bridge:
             how = f"exited with status {rc}"
         tail = self._stderr_tail()
         self._abort()
-        raise BridgeCrashError(f"bridge child (pid {pid}, backend {self.backend}) {how} during {what!r}{tail}")
+        raise BridgeCrashError(f"bridge child (pid {pid}, backend {self.backend}) {how} {when} {what!r}{tail}")
 
     def request(self, op: str, *, timeout: float | None = None, **payload: Any) -> dict[str, Any]:
-        """Sends one request and returns the child's answer (``ok`` true)."""
+        """Sends one request and returns the child's answer (``ok`` true).
+
+        ``timeout`` (seconds, finite and > 0) replaces ``request_timeout`` for this request.
+        """
+        limit = self.request_timeout if timeout is None else check_seconds("timeout", timeout)
+        with self._lock:
+            return self._request(op, timeout=limit, **payload)
+
+    def _request(self, op: str, *, timeout: float, **payload: Any) -> dict[str, Any]:
         if self._closed or self._proc is None:
             raise BridgeError(
                 f"bridge to the {self.backend} child is closed"
                 + (" after an earlier failure; create a new Bridge" if self._closed else "; call start() first")
             )
         assert self._proc.stdin is not None
+        if self._proc.poll() is not None:
+            self._crashed(op, "before")  # died between requests
         rid = next(self._ids)
         try:
             self._proc.stdin.write(protocol.encode({"id": rid, "op": op, **payload}))
             self._proc.stdin.flush()
-        except (BrokenPipeError, OSError):
+        except OSError:  # BrokenPipeError: the child died after the check above
             self._crashed(op)
-        line = self._read_line(op, timeout or self.request_timeout, REQUEST_TIMEOUT_ENV)
+        line = self._read_line(op, timeout, REQUEST_TIMEOUT_ENV)
         try:
             reply = protocol.decode(line)
         except ValueError as exc:
@@ -296,6 +351,10 @@ class Bridge:
 
     def attention(self, call: PreparedCall, kernel: str) -> torch.Tensor:
         """Runs a prepared call in the child; copies the result into ``call.out``."""
+        with self._lock:  # the segment is shared by every call of this bridge
+            return self._attention(call, kernel)
+
+    def _attention(self, call: PreparedCall, kernel: str) -> torch.Tensor:
         block_bytes = call.checked.fields.block_bytes
         nb = call.kv_cache.shape[0]
         # host copies the child can address; the cache compacted to dense blocks
@@ -316,29 +375,36 @@ class Bridge:
             offsets[name] = total
             total += protocol.align(t.numel() * t.element_size())
         seg = self._segment(total)
+        # no tensor views the segment while the child runs, so a failed request can unmap it
         buf = torch.frombuffer(seg.buf, dtype=torch.uint8)
         try:
             for name, t in arrays.items():
                 n = t.numel() * t.element_size()
                 if n:
                     buf[offsets[name] : offsets[name] + n].copy_(t.reshape(-1).view(torch.uint8))
-            args = dict(call.args)
-            for name in arrays:
-                args[name] = {"shm_offset": offsets[name]}
-            q, o = arrays["query"], arrays["out"]
-            args.update(
-                q_stride_token=q.stride(0),
-                q_stride_head=q.stride(1),
-                o_stride_token=o.stride(0),
-                o_stride_head=o.stride(1),
-                cache_block_stride=block_bytes,
-                bt_stride=arrays["block_table"].stride(0),
-            )
-            reply = self.request("attention", shm=seg.name, shm_size=seg.size, args=args, kernel=kernel)
-            n = o.numel() * o.element_size()
-            result = buf[offsets["out"] : offsets["out"] + n].view(o.dtype).view(o.shape)
-            call.out.copy_(result)
         finally:
-            del buf  # releases the exported buffer so the segment can be closed later
+            del buf  # releases the exported buffer so the segment can be closed
+        args = dict(call.args)
+        for name in arrays:
+            args[name] = {"shm_offset": offsets[name]}
+        q, o = arrays["query"], arrays["out"]
+        # the segment holds each array packed: row strides of the packed layout
+        args.update(
+            q_stride_token=q.shape[1] * q.shape[2],
+            q_stride_head=q.shape[2],
+            o_stride_token=o.shape[1] * o.shape[2],
+            o_stride_head=o.shape[2],
+            cache_block_stride=block_bytes,
+            bt_stride=arrays["block_table"].shape[1],
+        )
+        reply = self._request(
+            "attention", timeout=self.request_timeout, shm=seg.name, shm_size=seg.size, args=args, kernel=kernel
+        )
+        n = o.numel() * o.element_size()
+        buf = torch.frombuffer(seg.buf, dtype=torch.uint8)
+        try:
+            call.out.copy_(buf[offsets["out"] : offsets["out"] + n].view(o.dtype).view(o.shape))
+        finally:
+            del buf
         self.last_kernel_ms = reply.get("kernel_ms")
         return call.finish()

@@ -7,6 +7,13 @@ are computed in the rotated domain: the query is rotated once per program. Value
 scales are folded into the probabilities and zero points into a row sum, so the value
 tile is the raw codes. Splits of the sequence are merged by log-sum-exp in a second
 kernel; a split that is masked for a row contributes nothing.
+
+Metadata values are never trusted for addressing (the launcher documents the results):
+each program clamps its seq_len to ``[0, block_table capacity]`` and its query rows to
+``[0, rows)``, where ``rows`` is ``query_start_loc[num_reqs]`` clamped to
+``[0, num_query_rows]``; a block id outside ``[0, num_blocks)`` is read as block 0 (see
+``tile``).
+These are scalar operations once per program, outside the loop over the sequence.
 """
 
 from __future__ import annotations
@@ -30,12 +37,18 @@ def attention_kernel(
     Partial,
     Lse,
     sm_scale,
+    num_query_rows,
+    num_blocks,
+    bt_cap,
     stride_qt,
     stride_qh,
     stride_ot,
     stride_oh,
     stride_blk,
     stride_bt,
+    stride_bc,
+    stride_sl,
+    stride_qs,
     G: tl.constexpr,
     G_PAD: tl.constexpr,
     NUM_Q_HEADS: tl.constexpr,
@@ -71,9 +84,17 @@ def attention_kernel(
     split = tl.program_id(2)
     BLOCK_M: tl.constexpr = BLOCK_Q * G_PAD
 
-    seq_len = tl.load(SeqLens + r).to(tl.int32)
-    q_start = tl.load(QueryStart + r).to(tl.int32)
-    q_len = tl.load(QueryStart + r + 1).to(tl.int32) - q_start
+    # clamped in int64 (the index tensors may be int64), then narrowed
+    seq_len = tl.load(SeqLens + r * stride_sl).to(tl.int64)
+    seq_len = tl.minimum(tl.maximum(seq_len, 0), bt_cap).to(tl.int32)
+    # this request's query rows, inside [0, rows) where rows is query_start_loc[num_reqs]
+    # clamped to the query's rows, so even a non-monotone query_start_loc stays inside
+    num_reqs = tl.num_programs(0)
+    rows = tl.minimum(tl.maximum(tl.load(QueryStart + num_reqs * stride_qs).to(tl.int64), 0), num_query_rows)
+    q_start = tl.minimum(tl.maximum(tl.load(QueryStart + r * stride_qs).to(tl.int64), 0), rows)
+    q_end = tl.minimum(tl.maximum(tl.load(QueryStart + (r + 1) * stride_qs).to(tl.int64), q_start), rows)
+    q_start = q_start.to(tl.int32)
+    q_len = q_end.to(tl.int32) - q_start
 
     # this split's share of the sequence, in whole tiles
     per_split = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_KV) * BLOCK_KV
@@ -99,7 +120,18 @@ def attention_kernel(
             q = q * sm_scale
         else:
             q = fwht_rows(q, BLOCK_M, D, LOG2_D) * (sm_scale / tl.sqrt(D * 1.0))
-        q16 = q.to(tl.float16)
+        # The query enters the fp16 product divided by q_scale, a power of two that is 1
+        # unless a finite element reaches 2^14 (then it brings the largest below 2^14); the
+        # scores are multiplied back in float32 where they enter the exponent. So no query or
+        # scale that is finite in float32 overflows fp16, ordinary queries are computed
+        # exactly as without it, and a non-finite element makes only its own row
+        # non-finite. A power of two keeps s * q_scale exact: the fused multiply-add of the
+        # exponent then gives exactly 0 at the row's maximum, whatever its magnitude.
+        q_abs = tl.abs(q)
+        q_max = tl.max(tl.max(tl.where(q_abs < float("inf"), q_abs, 0.0), axis=1), axis=0)
+        q_pow2 = (q_max.to(tl.int32, bitcast=True) & 0x7F800000).to(tl.float32, bitcast=True)
+        q_scale = tl.maximum(q_pow2 * (1.0 / 8192.0), 1.0)
+        q16 = (q * (1.0 / q_scale)).to(tl.float16)
 
         m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
         l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -111,12 +143,13 @@ def attention_kernel(
 
         if PREFETCH:
             # the first tile's bytes and the second tile's block ids are in flight before the loop
-            blk = tile_block_ids(bt_row, kv_lo, hi, BLOCK_KV, BLOCK_SIZE)
+            blk = tile_block_ids(bt_row, stride_bc, kv_lo, hi, BLOCK_KV, BLOCK_SIZE)
             tile = load_tile(
                 head_base,
                 blk,
                 kv_lo,
                 hi,
+                num_blocks,
                 stride_blk,
                 BLOCK_KV=BLOCK_KV,
                 D=D,
@@ -132,7 +165,7 @@ def attention_kernel(
                 KBITS=KBITS,
                 VBITS=VBITS,
             )
-            blk = tile_block_ids(bt_row, kv_lo + BLOCK_KV, hi, BLOCK_KV, BLOCK_SIZE)
+            blk = tile_block_ids(bt_row, stride_bc, kv_lo + BLOCK_KV, hi, BLOCK_KV, BLOCK_SIZE)
         for start in tl.range(kv_lo, hi, BLOCK_KV, num_stages=LOOP_STAGES):
             # the mode decides which tile this iteration issues the loads of: the next one
             # (decoded while they are in flight) or this one
@@ -140,13 +173,14 @@ def attention_kernel(
                 current = tile
                 ahead = start + BLOCK_KV
             else:
-                blk = tile_block_ids(bt_row, start, hi, BLOCK_KV, BLOCK_SIZE)
+                blk = tile_block_ids(bt_row, stride_bc, start, hi, BLOCK_KV, BLOCK_SIZE)
                 ahead = start
             tile = load_tile(
                 head_base,
                 blk,
                 ahead,
                 hi,
+                num_blocks,
                 stride_blk,
                 BLOCK_KV=BLOCK_KV,
                 D=D,
@@ -163,11 +197,12 @@ def attention_kernel(
                 VBITS=VBITS,
             )
             if PREFETCH:
-                blk = tile_block_ids(bt_row, start + 2 * BLOCK_KV, hi, BLOCK_KV, BLOCK_SIZE)
+                blk = tile_block_ids(bt_row, stride_bc, start + 2 * BLOCK_KV, hi, BLOCK_KV, BLOCK_SIZE)
             else:
                 current = tile
             m_i, l_i, acc, r_i, f_i = attend_tile(
                 q16,
+                q_scale,
                 m_i,
                 l_i,
                 acc,
@@ -209,6 +244,7 @@ def merge_kernel(
     Out,
     QueryStart,
     num_reqs,
+    stride_qs,
     stride_ot,
     stride_oh,
     NUM_Q_HEADS: tl.constexpr,
@@ -216,10 +252,12 @@ def merge_kernel(
     SPLITS_PAD: tl.constexpr,
     D: tl.constexpr,
 ):
-    """Each output row from its splits' partial outputs, weighted by their log-sum-exp."""
+    """Each output row from its splits' partial outputs, weighted by their log-sum-exp.
+    One program per (query row, q head) of the query: a row from ``query_start_loc[num_reqs]``
+    on (the attention kernel's ``rows``) is neither read nor written."""
     t = tl.program_id(0).to(tl.int64)
     hq = tl.program_id(1)
-    total = tl.load(QueryStart + num_reqs).to(tl.int64)
+    total = tl.load(QueryStart + num_reqs * stride_qs).to(tl.int64)
     s = tl.arange(0, SPLITS_PAD)
     s_ok = (s < NUM_SPLITS) & (s * 0 + t < total)
     slot = (t * NUM_Q_HEADS + hq) * NUM_SPLITS + s

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
-from tq_core import Preset
+from tq_core import Preset, RangeError, ShapeError
 from tq_core.contract import check_attention_args, debug_enabled
 
 from ..device import check_runnable
 from ..device_tensors import codebook, dummy
 from ..tuning import AttentionConfig, launch_options, register_cap
-from ..workspace import buffer
 from .kernel import attention_kernel, merge_kernel
 from .plan import MAX_BLOCK_M, longest_query, next_pow2, plan_block_q, plan_config, plan_splits
 
@@ -34,36 +35,64 @@ def attention(
     """Causal attention of each request's newest query tokens over its paged compressed cache.
 
     Same contract as ``tq_core.attention``. ``max_query_len`` (the longest q_len in the
-    batch, known to vLLM on the host) picks the tile shape; it is a hint, any q_len is
-    computed correctly. ``num_kv_splits`` / ``config`` override the tuning table for this
-    call (``tq sweep`` uses them).
+    batch, known to vLLM on the host; None or an int >= 0) picks the tile shape; it is a
+    hint, any q_len is computed correctly. ``num_kv_splits`` (None or an int >= 1) and
+    ``config`` override the tuning table for this call (``tq sweep`` uses them).
+
+    ``block_table``, ``seq_lens`` and ``query_start_loc`` are read through their strides.
+    Their values are not checked on the host unless ``TQ_DEBUG=1`` (then tq_core's checks
+    raise ``RangeError``, at the cost of a host sync). Without it, no value can make the
+    kernels read or write outside their tensors, and an invalid value gives this result:
+
+    - a block id outside ``[0, num_blocks)`` (at a position below its request's seq_len)
+      is read as block 0: nothing outside the cache is read, and that request's result is
+      unspecified (block 0's keys and values stand in);
+    - a negative seq_len counts as 0; one past the block table's capacity
+      (``block_table.shape[1] * block_size``) as that capacity;
+    - ``query_start_loc``: ``rows = query_start_loc[num_reqs]`` is clamped to
+      ``[0, num_query_tokens]``; request ``r`` owns rows ``[start, end)`` with ``start``
+      = ``query_start_loc[r]`` clamped to ``[0, rows]`` and ``end`` =
+      ``query_start_loc[r + 1]`` clamped to ``[start, rows]``. Rows from ``rows`` on are
+      never written. Requests whose (non-monotone) ranges overlap write the shared rows
+      in an undefined order; with kv splits, a row below ``rows`` that no request owns
+      holds unspecified values (with one split it is not written);
+    - q_len > seq_len: row ``i`` of the request sits at position ``seq_len - q_len + i``;
+      rows at negative positions see no key and are written as 0.
+
+    A request whose metadata is valid gets tq_core's result whatever the other requests
+    hold (as long as their rows do not overlap its own).
     """
     args = check_attention_args(
         query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, check_values=debug_enabled()
     )
+    max_query_len, num_kv_splits = _check_hints(max_query_len, num_kv_splits)
     check_runnable(query.device)
+    nq, hq, d = query.shape
+    hk = args.num_kv_heads
+    group = hq // hk
+    g_pad = next_pow2(group)
+    if g_pad > MAX_BLOCK_M:
+        raise ShapeError(
+            f"query: {hq} q heads over {hk} kv heads is {group} per kv head; tq_triton supports at most {MAX_BLOCK_M}"
+        )
     if out is None:
         out = torch.empty_like(query)
-    nq, hq, d = query.shape
     if args.num_reqs == 0 or nq == 0:
         return out
     if query.stride(2) != 1:
         query = query.contiguous()
     p = args.preset
-    hk = args.num_kv_heads
-    group = hq // hk
-    g_pad = next_pow2(group)
-    if g_pad > MAX_BLOCK_M:
-        raise ValueError(f"query: {group} q heads per kv head is more than tq_triton supports ({MAX_BLOCK_M})")
     longest = longest_query(nq, args.num_reqs, max_query_len)
     block_q = plan_block_q(g_pad, longest)
     cfg = config or plan_config(query.device, p.name, longest)
-    splits = num_kv_splits or plan_splits(cfg, query.device, args.num_reqs, hk)
+    splits = num_kv_splits if num_kv_splits is not None else plan_splits(cfg, query.device, args.num_reqs, hk)
     dev = query.device
     cent = dummy(dev) if p.key_is_fp8 else codebook(p, d, dev)[2]
     if splits > 1:
-        partial = buffer(dev, "partial", nq * hq * splits * d)
-        lse = buffer(dev, "lse", nq * hq * splits)
+        # per call from torch's caching allocator: no host sync, safe under CUDA-graph
+        # capture, and never shared by calls on other threads or streams
+        partial = torch.empty(nq * hq * splits * d, dtype=torch.float32, device=dev)
+        lse = torch.empty(nq * hq * splits, dtype=torch.float32, device=dev)
     else:
         partial = lse = dummy(dev)
     attention_kernel[(args.num_reqs, hk, splits)](
@@ -77,12 +106,18 @@ def attention(
         partial,
         lse,
         float(scale) * LOG2E,
+        nq,
+        kv_cache.shape[0],
+        block_table.shape[1] * kv_cache.shape[1],
         query.stride(0),
         query.stride(1),
         out.stride(0),
         out.stride(1),
         kv_cache.stride(0),
         block_table.stride(0),
+        block_table.stride(1),
+        seq_lens.stride(0),
+        query_start_loc.stride(0),
         G=group,
         G_PAD=g_pad,
         NUM_Q_HEADS=hq,
@@ -106,6 +141,7 @@ def attention(
             out,
             query_start_loc,
             args.num_reqs,
+            query_start_loc.stride(0),
             out.stride(0),
             out.stride(1),
             NUM_Q_HEADS=hq,
@@ -115,3 +151,14 @@ def attention(
             num_warps=4,
         )
     return out
+
+
+def _check_hints(max_query_len: object, num_kv_splits: object) -> tuple[int | None, int | None]:
+    """``max_query_len``: None or an int >= 0; ``num_kv_splits``: None or an int >= 1 (no
+    bools). Returns them as Python ints."""
+    checked = []
+    for name, value, low in (("max_query_len", max_query_len, 0), ("num_kv_splits", num_kv_splits, 1)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low):
+            raise RangeError(f"{name}={value!r}: expected None or an int >= {low}")
+        checked.append(None if value is None else int(value))
+    return checked[0], checked[1]

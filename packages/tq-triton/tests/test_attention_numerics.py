@@ -1,0 +1,75 @@
+"""Large and non-finite queries: tq_triton.attention is finite where tq_core is, and a
+non-finite query element makes exactly its own (row, q head) NaN."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tqt_helpers import TOL, make_batch
+
+import tq_core
+import tq_triton
+from tq_core.testing import assert_attention_close
+
+SEQ_LENS = [40, 9]
+Q_LENS = [1, 2]
+GROUP = 2
+# every query row of request r is a multiple of its kv head's key at this position, which
+# every row sees: that key's score then exceeds every other by far (|k|^2 against k . k')
+DOMINANT = 0
+
+
+def batch(gen, preset, device):
+    return make_batch(
+        gen, preset, SEQ_LENS, Q_LENS, head_dim=64, num_kv_heads=2, group=GROUP, block_size=16, device=device
+    )
+
+
+def dominated_query(b) -> torch.Tensor:
+    """float32 query whose rows are the dequantized key at :data:`DOMINANT` of their request
+    and kv head."""
+    rows = []
+    for r, q_len in enumerate(Q_LENS):
+        key, _ = tq_core.gather_kv(b.kv_cache, b.block_table[r], SEQ_LENS[r], b.preset)
+        row = key[DOMINANT].repeat_interleave(GROUP, dim=0)  # [Hq, D]
+        rows.append(row.expand(q_len, -1, -1))
+    return torch.cat(rows).to(b.query.device)
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("case", ["query_x1e6", "scale_1e30"])
+@pytest.mark.parametrize("preset", list(tq_core.PRESETS))
+def test_large_query_or_scale_is_finite_and_matches_tq_core(preset, case, splits, gen, device):
+    b = batch(gen, preset, device)
+    q = dominated_query(b)
+    scale = b.scale
+    if case == "query_x1e6":
+        q = q * 1e6  # far past fp16's range once scaled, still exact enough in bf16
+    else:
+        scale = 1e30
+    query = q.to(torch.bfloat16)
+    _, bt, sl, qsl = b.args()[1:5]
+    ref = tq_core.attention(query.float(), b.kv_cache, bt, sl, qsl, b.preset, scale)
+    assert bool(ref.isfinite().all()), "tq_core's result should be finite here"
+    out = tq_triton.attention(query, b.kv_cache, bt, sl, qsl, b.preset, scale, num_kv_splits=splits)
+    assert bool(out.isfinite().all()), "tq_triton gave non-finite values where tq_core is finite"
+    assert_attention_close(out.float(), ref, tol=TOL, what=f"{case}, {splits} splits")
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("preset", ["turboquant_k3v4_nc", "turboquant_k8v4"])
+def test_non_finite_query_element_poisons_only_its_row(preset, bad, splits, gen, device):
+    b = batch(gen, preset, device)
+    row, head = 1, 3  # request 1's first row, the second kv head's second q head
+    query = b.query.clone()
+    query[row, head, 5] = bad
+    _, bt, sl, qsl = b.args()[1:5]
+    ref = tq_core.attention(b.query.float(), b.kv_cache, bt, sl, qsl, b.preset, b.scale)
+    ref_bad = tq_core.attention(query.float(), b.kv_cache, bt, sl, qsl, b.preset, b.scale)
+    out = tq_triton.attention(query, b.kv_cache, bt, sl, qsl, b.preset, b.scale, num_kv_splits=splits)
+    assert bool(out[row, head].isnan().all()), "the non-finite query row should be NaN"
+    assert bool(ref_bad[row, head].isnan().all()), "tq_core's rule: a non-finite query row is NaN"
+    others = torch.ones(out.shape[:2], dtype=torch.bool, device=out.device)
+    others[row, head] = False
+    assert_attention_close(out[others].float(), ref[others], tol=TOL, what="the other rows")
