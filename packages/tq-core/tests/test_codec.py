@@ -6,26 +6,10 @@ import math
 
 import pytest
 import torch
-from tqc_helpers import LM_PRESETS, PRESET_NAMES, fp16_bytes, kron_hadamard, pack_int, randn
+from tqc_helpers import LM_PRESETS, PRESET_NAMES, fp16_bytes, kron_hadamard, pack_int, randn, slot_fields
 
 import tq_core
 from tq_core import decode_kv, encode_kv, get_codebook, get_preset
-
-
-def _slot_fields(slot: torch.Tensor, name: str, d: int) -> dict[str, list[int]]:
-    lay = get_preset(name).layout(d)
-    b = slot.tolist()
-    out = {
-        "key": b[lay.key_offset : lay.key_offset + lay.key_code_bytes],
-        "value": b[lay.value_offset : lay.value_offset + lay.value_code_bytes],
-        "scale": b[lay.scale_offset : lay.scale_offset + 2],
-        "zero": b[lay.zero_offset : lay.zero_offset + 2],
-        "pad": b[lay.slot_size :],
-    }
-    if lay.norm_offset is not None:
-        out["norm"] = b[lay.norm_offset : lay.norm_offset + 2]
-    return out
-
 
 # ---------------------------------------------------------------- values, hand-built
 
@@ -35,7 +19,7 @@ def test_value_row_0_to_15_gives_scale_one(name):
     d = 128
     v = torch.arange(16, dtype=torch.float32).repeat(d // 16).view(1, 1, d)
     slot = encode_kv(torch.ones(1, 1, d), v, name)[0, 0]
-    f = _slot_fields(slot, name, d)
+    f = slot_fields(slot, name, d)
     assert f["scale"] == [0x00, 0x3C]  # fp16 1.0
     assert f["zero"] == [0x00, 0x00]  # fp16 0.0
     assert f["value"] == [0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE] * 8
@@ -53,7 +37,7 @@ def test_value_row_with_inexact_scale():
     v[0, 0, :4] = torch.tensor([-1.0, 2.0, 0.0, 1.0])
     name = "turboquant_4bit_nc"
     slot = encode_kv(torch.ones(1, 1, d), v, name)[0, 0]
-    f = _slot_fields(slot, name, d)
+    f = slot_fields(slot, name, d)
     assert f["scale"] == [0x66, 0x32] == fp16_bytes(0.2)
     assert f["zero"] == [0x00, 0xBC] == fp16_bytes(-1.0)
     assert f["value"] == [0xF0, 0xA5] + [0x55] * 30
@@ -67,7 +51,7 @@ def test_value_row_3bit():
     d = 64
     v = torch.arange(8, dtype=torch.float32).repeat(d // 8).view(1, 1, d)
     name = "turboquant_3bit_nc"
-    f = _slot_fields(encode_kv(torch.ones(1, 1, d), v, name)[0, 0], name, d)
+    f = slot_fields(encode_kv(torch.ones(1, 1, d), v, name)[0, 0], name, d)
     assert f["scale"] == fp16_bytes(1.0) and f["zero"] == fp16_bytes(0.0)
     assert f["value"] == [0x88, 0xC6, 0xFA] * 8  # codes 0..7 -> 0xFAC688 little-endian
 
@@ -90,7 +74,7 @@ def test_constant_value_row_exact(name, c):
     d = 128
     v = torch.full((2, 3, d), c)
     slots = encode_kv(randn(torch.Generator().manual_seed(1), 2, 3, d), v, name)
-    f = _slot_fields(slots[1, 2], name, d)
+    f = slot_fields(slots[1, 2], name, d)
     assert f["scale"] == [0, 0] and f["zero"] == fp16_bytes(c)
     assert set(f["value"]) == {0}
     _, v_hat = decode_kv(slots, name, d)
@@ -123,7 +107,7 @@ def test_fp8_key_bytes():
     k[0, 0, : len(vals)] = torch.tensor(vals)
     name = "turboquant_k8v4"
     slot = encode_kv(k, torch.zeros(1, 1, d), name)[0, 0]
-    f = _slot_fields(slot, name, d)
+    f = slot_fields(slot, name, d)
     assert "norm" not in f
     assert f["key"][: len(vals)] == list(FP8_BYTES.values())
     assert set(f["key"][len(vals) :]) == {0}
@@ -157,7 +141,7 @@ def test_key_along_e0_has_flat_rotation():
     expected_key = {3: [0x6D, 0xDB, 0xB6] * 16, 4: [0xBB] * 64}
     for name in LM_PRESETS:
         slot = encode_kv(k, torch.zeros(1, 1, d), name)[0, 0]
-        f = _slot_fields(slot, name, d)
+        f = slot_fields(slot, name, d)
         assert f["key"] == expected_key[get_preset(name).key_bits], name
         assert f["norm"] == [0x00, 0x41] == fp16_bytes(2.5)
         k_hat, _ = decode_kv(slot.view(1, 1, -1), name, d)
@@ -170,7 +154,7 @@ def test_key_along_e1_alternates_codes():
     k = torch.zeros(1, 1, d)
     k[0, 0, 1] = -0.75
     name = "turboquant_k3v4_nc"
-    f = _slot_fields(encode_kv(k, torch.zeros(1, 1, d), name)[0, 0], name, d)
+    f = slot_fields(encode_kv(k, torch.zeros(1, 1, d), name)[0, 0], name, d)
     assert f["key"] == pack_int([2, 5] * (d // 2), 3)  # negative key flips the signs
     assert f["norm"] == fp16_bytes(0.75)
 
@@ -179,7 +163,7 @@ def test_key_along_e1_alternates_codes():
 def test_zero_key_is_finite_zero(name):
     d = 128
     slots = encode_kv(torch.zeros(2, 1, d), torch.zeros(2, 1, d), name)
-    assert _slot_fields(slots[0, 0], name, d)["norm"] == [0, 0]
+    assert slot_fields(slots[0, 0], name, d)["norm"] == [0, 0]
     k_hat, v_hat = decode_kv(slots, name, d)
     assert torch.equal(k_hat, torch.zeros(2, 1, d)) and torch.equal(v_hat, torch.zeros(2, 1, d))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tqc_helpers import PRESET_NAMES, fp16_bytes, pack_int
+from tqc_helpers import PRESET_NAMES, fp16_bytes, pack_int, slot_fields
 
 import tq_core
 from tq_core import decode_kv, encode_kv, get_preset
@@ -46,20 +46,6 @@ def poison(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     x[(pick >= 0.02) & (pick < 0.03)] = INF
     x[(pick >= 0.03) & (pick < 0.04)] = -INF
     return x
-
-
-def fields(slot: torch.Tensor, name: str, d: int) -> dict[str, list[int]]:
-    lay = get_preset(name).layout(d)
-    b = slot.tolist()
-    out = {
-        "key": b[lay.key_offset : lay.key_offset + lay.key_code_bytes],
-        "value": b[lay.value_offset : lay.value_offset + lay.value_code_bytes],
-        "scale": b[lay.scale_offset : lay.scale_offset + 2],
-        "zero": b[lay.zero_offset : lay.zero_offset + 2],
-    }
-    if lay.norm_offset is not None:
-        out["norm"] = b[lay.norm_offset : lay.norm_offset + 2]
-    return out
 
 
 # ---------------------------------------------------------------- store / encode
@@ -101,7 +87,7 @@ def test_fp8_key_and_value_fields_by_hand():
     key[0, 0, :4] = torch.tensor([NAN, INF, -INF, 1.0])
     value = torch.zeros(1, 1, d)
     value[0, 0, :3] = torch.tensor([NAN, INF, -INF])
-    f = fields(encode_kv(key, value, "turboquant_k8v4")[0, 0], "turboquant_k8v4", d)
+    f = slot_fields(encode_kv(key, value, "turboquant_k8v4")[0, 0], "turboquant_k8v4", d)
     # e4m3fn: 0 -> 0x00, ±448 (the largest finite) -> 0x7E / 0xFE, 1.0 -> 0x38
     assert f["key"] == [0x00, 0x7E, 0xFE, 0x38] + [0] * (d - 4)
     # values [0, 65504, -65504, 0, ...]: zero = -65504, scale = fp16(131008 / 15) = 8736
@@ -120,7 +106,7 @@ def test_lloyd_max_norm_fields_by_hand(name):
     key[2, 0, 3] = NAN  # -> the zero vector: norm 0
     key[3] = NAN
     slots = encode_kv(key, torch.zeros(4, 1, d), name)
-    norms = [fields(slots[i, 0], name, d)["norm"] for i in range(4)]
+    norms = [slot_fields(slots[i, 0], name, d)["norm"] for i in range(4)]
     assert norms == [fp16_bytes(65504.0)] * 2 + [fp16_bytes(0.0)] * 2
     dk, _ = decode_kv(slots, name, d)
     assert torch.isfinite(dk).all()
@@ -145,7 +131,7 @@ def test_huge_finite_keys_and_values_saturate(gen, name):
         dk, dv = decode_kv(slots, name, d)
         assert torch.isfinite(dk).all() and torch.isfinite(dv).all()
         for i in range(3):
-            f = fields(slots[i, 0], name, d)
+            f = slot_fields(slots[i, 0], name, d)
             if get_preset(name).key_is_fp8:
                 assert f["key"] == [0x7E if s > 0 else 0xFE for s in signs[i, 0].tolist()]
             else:

@@ -90,3 +90,19 @@ class FakeEntryPoint:
 
     def load(self) -> Callable[..., object]:
         return self.target
+
+
+def slot_fields(slot: torch.Tensor, name: str, d: int) -> dict[str, list[int]]:
+    """The bytes of each field of one encoded slot, read by the layout's offsets."""
+    lay = tq_core.get_preset(name).layout(d)
+    b = slot.tolist()
+    out = {
+        "key": b[lay.key_offset : lay.key_offset + lay.key_code_bytes],
+        "value": b[lay.value_offset : lay.value_offset + lay.value_code_bytes],
+        "scale": b[lay.scale_offset : lay.scale_offset + 2],
+        "zero": b[lay.zero_offset : lay.zero_offset + 2],
+        "pad": b[lay.slot_size :],
+    }
+    if lay.norm_offset is not None:
+        out["norm"] = b[lay.norm_offset : lay.norm_offset + 2]
+    return out
