@@ -6,6 +6,9 @@
 - ``sycl_stock`` / ``sycl_nightly``: build the SYCL module with stock oneAPI icpx or an
   intel/llvm nightly and run the same tests plus the XPU ones. They skip, saying exactly
   what was looked for, when the compiler or an Intel GPU is missing.
+- ``sycl_headers``: type-checks every source of the SYCL module against the SYCL, ESIMD and
+  joint_matrix headers of the pinned ``intel-sycl-rt`` wheel with a host clang
+  (``-fsyntax-only``); see nox_sessions/sycl_headers.py. No SYCL compiler or GPU needed.
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import nox
 
-from ._util import install, install_core, pkg, pytest, see_host_packages
+from . import sycl_headers as sh
+from ._util import ROOT, install, install_core, pkg, pytest, see_host_packages
 
 SYCL = pkg("tq-sycl")
 TESTS = SYCL + "/tests"
@@ -150,3 +155,88 @@ def sycl_nightly(session: nox.Session) -> None:
         env=env,
     )
     _pytest_env(session, {"TQ_SYCL_REQUIRE_DEVICE": "nightly"})
+
+
+def _clang_or_install(session: nox.Session) -> tuple[str, int, str]:
+    """The clang for ``sycl_headers``; installs Debian's newest clang-NN with apt when none is
+    found and the session runs as root with apt-get (TQ_SYCL_HEADERS_APT=0 turns that off)."""
+    found = sh.find_clang()
+    if found:
+        return found
+    may_apt = os.environ.get("TQ_SYCL_HEADERS_APT", "1") != "0"
+    if may_apt and hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
+        env = {"DEBIAN_FRONTEND": "noninteractive"}
+        session.log(f"sycl_headers: no clang++ >= {sh.CLANG_MIN} found; installing one with apt-get (as root)")
+        session.run("apt-get", "update", external=True, env=env)
+        majors = sh.apt_clang_candidates()
+        if majors:
+            pkg_name = f"clang-{majors[0]}"
+            session.run("apt-get", "install", "-y", "--no-install-recommends", pkg_name, external=True, env=env)
+            found = sh.find_clang()
+            if found:
+                return found
+    where = (
+        f"${sh.CLANG_ENV}" if os.environ.get(sh.CLANG_ENV) else f"clang++-NN (NN >= {sh.CLANG_MIN}) and clang++ on PATH"
+    )
+    session.error(f"sycl_headers: no usable clang: looked for {where}. To fix: {sh.install_hint()}")
+    raise AssertionError  # session.error raises; this keeps type checkers content
+
+
+def _head(text: str, n: int) -> str:
+    lines = text.splitlines()
+    return "\n".join(lines[:n] + ([f"... ({len(lines) - n} more lines)"] if len(lines) > n else []))
+
+
+_INCLUDES = """
+import importlib.metadata as m, pathlib, sysconfig, pybind11
+d = m.distribution("intel-sycl-rt")
+hits = [f for f in d.files or [] if str(f).endswith("include/sycl/sycl.hpp")]
+print(pathlib.Path(d.locate_file(hits[0])).resolve().parents[1] if hits else "")
+print(pybind11.get_include())
+print(sysconfig.get_paths()["include"])
+"""
+
+
+@nox.session
+def sycl_headers(session: nox.Session) -> None:
+    """Type-check every SYCL module source against intel-sycl-rt's headers with a host clang (-fsyntax-only)."""
+    clang, major, version = _clang_or_install(session)
+    session.log(f"sycl_headers: {version} ({clang})")
+    install(session, "--no-deps", sh.INTEL_SYCL_RT, sh.PYBIND11)
+    out = session.run("python", "-c", _INCLUDES, silent=True)
+    if not isinstance(out, str):  # --install-only
+        return
+    sycl_inc, pybind_inc, py_inc = [*out.strip().splitlines(), "", "", ""][:3]
+    if not sycl_inc or not Path(sycl_inc, "sycl", "ext", "intel", "esimd.hpp").is_file():
+        session.error(
+            f"sycl_headers: {sh.INTEL_SYCL_RT} installed no include/sycl/sycl.hpp + ESIMD headers ({sycl_inc!r})"
+        )
+    if not Path(py_inc, "Python.h").is_file():
+        session.error(
+            f"sycl_headers: no Python.h in {py_inc} (the bindings need Python's headers: install python3-dev)"
+        )
+    csrc = Path(SYCL) / "csrc"
+    device_ok, device_note = sh.probe_device(clang, sycl_inc, Path(session.create_tmp()))
+    views = ["host", "device"] if device_ok else ["host"]
+    jobs = sh.jobs_default()
+    session.log(f"sycl_headers: headers {sycl_inc}; views {', '.join(views)}; {jobs} jobs")
+    t0 = time.monotonic()
+    results = sh.check_all(clang, csrc, sycl_inc, [pybind_inc, py_inc], views, jobs)
+    root = f"{ROOT}/"
+    for r in results:
+        if r.rc != 0:
+            session.log(
+                f"--- {r.unit.source} ({r.unit.flavor}, {r.view} view): clang said\n"
+                + _head(r.output.replace(root, ""), 80)
+            )
+    session.log(
+        f"sycl_headers ({sh.INTEL_SYCL_RT}, clang {major}):\n" + sh.table(results, "" if device_ok else device_note)
+    )
+    failed = [r for r in results if r.rc != 0]
+    if failed:
+        first = "; ".join(
+            f"{r.unit.source} [{r.unit.flavor}, {r.view}]: {(r.errors or ['rc ' + str(r.rc)])[0].replace(root, '')}"
+            for r in failed
+        )
+        session.error(f"sycl_headers: {len(failed)} of {len(results)} checks failed: {first}")
+    session.log(f"sycl_headers: {len(results)} checks passed in {time.monotonic() - t0:.0f}s")

@@ -46,7 +46,8 @@ ESIMD_INLINE vec<float, T> fp8_to_float(vec<uint32_t, T> b) {
   const vec<uint32_t, T> sign = (b & 0x80u) << 24;
   const vec<uint32_t, T> e = (b >> 3) & 0xFu;
   const vec<uint32_t, T> man = b & 0x7u;
-  const vec<uint32_t, T> normal_bits = sign | ((e + 120u) << 23) | (man << 20);
+  // not const: bit_cast_view and select are views, callable only on non-const simd lvalues
+  vec<uint32_t, T> normal_bits = sign | ((e + 120u) << 23) | (man << 20);
   vec<float, T> f = normal_bits.template bit_cast_view<float>();
   vec<float, T> sub = vec<float, T>(man) * 0.001953125f;  // man * 2^-9
   sub.merge(-sub, sign != 0u);
@@ -213,7 +214,7 @@ sycl::event esimd_dkv(sycl::queue& q, const AttentionParams& p) {
                 for (int n = 0; n < 16; ++n) {
                   vec<float, T> val = vzero + vec<float, T>(group_code<VBITS, VBITS>(vw, half * 16 + n)) * vscale;
                   val.merge(vec<float, T>(0.f), !valid);
-                  const vec<fp16, T> hv = val;
+                  vec<fp16, T> hv = val;  // not const: select() views need a non-const simd
                   b.template select<8, 32>(2 * n) = hv.template select<8, 2>(0);
                   b.template select<8, 32>(2 * n + 1) = hv.template select<8, 2>(1);
                 }
