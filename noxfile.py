@@ -20,4 +20,4 @@ nox.options.error_on_missing_interpreters = False
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = ["lint", "tests-core"]
 
-from nox_sessions import common, core, sycl, triton, vllm  # noqa: E402, F401
+from nox_sessions import common, core, sycl, triton, vllm, xpu  # noqa: E402, F401
