@@ -11,7 +11,7 @@ import threading
 
 import pytest
 import torch
-from tqt_canary import OUT_FILL, cache_canary, out_canary, request_reference
+from tqt_canary import OUT_FILL, cache_canary, fill_free_slots, out_canary, request_reference
 from tqt_helpers import TOL, make_batch, reference
 
 import tq_core
@@ -30,16 +30,10 @@ ROWS = [(0, 1), (1, 4), (4, 6)]
 
 
 def batch(gen, device):
-    """The batch, with every slot no request uses filled with valid tokens too: a bad block id
-    is read as block 0, which is then finite data whatever the block table, so that a NaN in
-    the output can only come from the canary bytes around the cache."""
+    """The batch, with every slot no request uses filled too: a bad block id is read as block
+    0, which then holds finite data whatever the block table."""
     b = make_batch(gen, PRESET, SEQ_LENS, Q_LENS, head_dim=D, num_kv_heads=1, group=2, block_size=BS, device=device)
-    used = torch.zeros(b.kv_cache.shape[0] * BS, dtype=torch.bool)
-    used[b.slot_mapping.cpu()] = True
-    free = torch.nonzero(~used).flatten()
-    k = torch.randn(free.numel(), 1, D, generator=gen).to(device)
-    tq_core.store(k, torch.randn(free.numel(), 1, D, generator=gen).to(device), b.kv_cache, free.to(device), PRESET)
-    return b
+    return fill_free_slots(b, gen)
 
 
 def close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:

@@ -8,7 +8,7 @@ import os
 
 import pytest
 import torch
-from tqt_canary import cache_canary, out_canary, request_reference
+from tqt_canary import cache_canary, fill_free_slots, out_canary, request_reference
 from tqt_helpers import TOL, make_batch
 
 import tq_core
@@ -35,8 +35,9 @@ def test_attention_metadata_fuzz(data):
     seed = data.draw(st.integers(0, 2**31 - 1), label="seed")
     q_lens = data.draw(st.lists(st.integers(1, 3), min_size=1, max_size=3), label="q_lens")
     seq_lens = [q + data.draw(st.integers(0, 40)) for q in q_lens]
+    gen = torch.Generator().manual_seed(seed)
     b = make_batch(
-        torch.Generator().manual_seed(seed),
+        gen,
         PRESET,
         seq_lens,
         q_lens,
@@ -46,6 +47,8 @@ def test_attention_metadata_fuzz(data):
         block_size=BS,
         device=DEVICE,
     )
+    # a valid-looking id may point at another request's block or an unused one: all hold tokens
+    fill_free_slots(b, gen)
     nb, nq, num_reqs = b.kv_cache.shape[0], b.query.shape[0], len(q_lens)
     bt, sl, qsl = b.block_table.cpu().clone(), b.seq_lens.cpu().clone(), b.query_start_loc.cpu().clone()
     cap = bt.shape[1] * BS

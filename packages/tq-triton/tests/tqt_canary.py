@@ -55,3 +55,19 @@ def request_reference(
         b.preset,
         b.scale,
     )
+
+
+def fill_free_slots(b: PagedBatch, gen: torch.Generator) -> PagedBatch:
+    """Store random tokens (``tq_core.store``) into every slot of ``b``'s cache that no request
+    uses, so that any block a bad or foreign block id points at holds finite data: a NaN in
+    the output can then only come from bytes outside the cache. Returns ``b``."""
+    num_blocks, block_size, heads, _ = b.kv_cache.shape
+    d = b.query.shape[-1]
+    used = torch.zeros(num_blocks * block_size, dtype=torch.bool)
+    used[b.slot_mapping.cpu()] = True
+    free = torch.nonzero(~used).flatten()
+    dev = b.kv_cache.device
+    k = torch.randn(free.numel(), heads, d, generator=gen).to(dev)
+    v = torch.randn(free.numel(), heads, d, generator=gen).to(dev)
+    tq_core.store(k, v, b.kv_cache, free.to(dev), b.preset)
+    return b
