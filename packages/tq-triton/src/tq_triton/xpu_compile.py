@@ -121,6 +121,7 @@ def jobs(quick: bool) -> Iterator[Job]:
     import tq_core
 
     from .attention.kernel import attention_kernel, merge_kernel
+    from .attention.launch import kernel_constexprs
     from .attention.plan import next_pow2, plan_block_q
     from .store import _store_kernel
     from .tuning import _store_cached
@@ -153,19 +154,7 @@ def jobs(quick: bool) -> Iterator[Job]:
                     cfg = attention_cfg(name, qlen)
                     block_q = plan_block_q(g_pad, qlen)
                     for splits in (1, MULTI_SPLITS):
-                        cx = dict(
-                            G=g,
-                            G_PAD=g_pad,
-                            NUM_Q_HEADS=g * NUM_KV_HEADS,
-                            NUM_SPLITS=splits,
-                            BLOCK_Q=block_q,
-                            BLOCK_KV=cfg.block_kv,
-                            **fields,
-                            NORM_CORRECTION=p.norm_correction,
-                            PREFETCH=cfg.prefetch,
-                            LOOP_STAGES=None if cfg.prefetch else cfg.num_stages,
-                            VALUE_ACC=cfg.value_acc,
-                        )
+                        cx = kernel_constexprs(p, fields, cfg, g, g * NUM_KV_HEADS, splits, block_q)
                         for n in ("stride_bc", "stride_sl", "stride_qs"):
                             cx[n] = 1  # index tensors are contiguous: Triton specialises a stride of 1
                         types = {

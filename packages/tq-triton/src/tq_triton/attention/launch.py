@@ -118,18 +118,7 @@ def attention(
         block_table.stride(1),
         seq_lens.stride(0),
         query_start_loc.stride(0),
-        G=group,
-        G_PAD=g_pad,
-        NUM_Q_HEADS=hq,
-        NUM_SPLITS=splits,
-        BLOCK_Q=block_q,
-        BLOCK_KV=cfg.block_kv,
-        **args.fields.constexprs(),
-        NORM_CORRECTION=p.norm_correction,
-        PREFETCH=cfg.prefetch,
-        # the prefetch mode stages loads by hand: its loop carries no num_stages
-        LOOP_STAGES=None if cfg.prefetch else cfg.num_stages,
-        VALUE_ACC=cfg.value_acc,
+        **kernel_constexprs(p, args.fields.constexprs(), cfg, group, hq, splits, block_q),
         num_warps=cfg.num_warps,
         **launch_options(dev),
         **register_cap(dev, cfg.max_registers),
@@ -151,6 +140,34 @@ def attention(
             num_warps=4,
         )
     return out
+
+
+def kernel_constexprs(
+    preset: Preset,
+    fields: dict[str, int],
+    cfg: AttentionConfig,
+    group: int,
+    num_q_heads: int,
+    splits: int,
+    block_q: int,
+) -> dict[str, object]:
+    """The attention kernel's compile-time arguments for one launch: the launcher passes
+    them, and ``tq_triton.xpu_compile`` compiles exactly these. ``fields``:
+    ``KernelFields.constexprs()`` of the cache layout."""
+    return dict(
+        G=group,
+        G_PAD=next_pow2(group),
+        NUM_Q_HEADS=num_q_heads,
+        NUM_SPLITS=splits,
+        BLOCK_Q=block_q,
+        BLOCK_KV=cfg.block_kv,
+        **fields,
+        NORM_CORRECTION=preset.norm_correction,
+        PREFETCH=cfg.prefetch,
+        # the prefetch mode stages loads by hand: its loop carries no num_stages
+        LOOP_STAGES=None if cfg.prefetch else cfg.num_stages,
+        VALUE_ACC=cfg.value_acc,
+    )
 
 
 def _check_hints(max_query_len: object, num_kv_splits: object) -> tuple[int | None, int | None]:
