@@ -69,7 +69,8 @@ def compile_kernel(args: argparse.Namespace):
         "Out": "*bf16",
         "Partial": "*fp32",
         "Lse": "*fp32",
-        "sm_scale": "fp32",
+        "q_mul": "fp32",
+        "q_scale": "fp32",
     }
     params = list(inspect.signature(KERNEL.attention_kernel.fn).parameters)
     sig, cx, attrs = {}, {}, {}

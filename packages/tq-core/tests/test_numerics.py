@@ -1,10 +1,11 @@
 """Non-finite and overflowing inputs: what the store keeps and what attention returns.
 
-The rule (docs/overview.md, "Non-finite inputs"): key and value elements are replaced
-before encoding as ``torch.nan_to_num(x, nan=0, posinf=65504, neginf=-65504)`` in
-float32, then each field saturates to its format (fp8 keys ±448, fp16 norm / scale /
-zero ±65504). A query row with a non-finite element gives a NaN output row for that
-(row, q head) only. Expected bytes here come from that rule applied with torch, or by
+The rule (docs/overview.md, "Non-finite inputs"): a value token (one head's vector)
+holding a NaN or ±inf is stored as the zero vector, and so is a Lloyd-Max key whose float32
+sum of squares is not finite, with every key code 0; an fp8 key maps NaN elements to 0 and
+saturates ±inf at ±448. Finite fields saturate to their format (fp8 keys ±448, fp16 norm /
+scale / zero ±65504). A query row with a non-finite element gives a NaN output row for
+that (row, q head) only. Expected bytes here come from that rule applied with torch, or by
 hand through ``struct`` (tqc_helpers), never from the codec's own replacement.
 """
 
@@ -22,9 +23,32 @@ NAN, INF = float("nan"), float("inf")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def rule(x: torch.Tensor) -> torch.Tensor:
-    """The documented replacement, spelled out with torch (float32 first: bf16 has no 65504)."""
-    return torch.nan_to_num(x.float(), nan=0.0, posinf=65504.0, neginf=-65504.0)
+def bad_key_rows(k: torch.Tensor) -> torch.Tensor:
+    """Lloyd-Max keys stored as zero: the float32 sum of squares is not finite."""
+    return ~torch.isfinite((k.float() ** 2).sum(-1))
+
+
+def rule_keys(k: torch.Tensor, name: str) -> torch.Tensor:
+    """The documented replacement of keys, spelled out with torch (float32)."""
+    k = k.float()
+    if get_preset(name).key_is_fp8:
+        return torch.nan_to_num(k, nan=0.0)  # ±inf: the fp8 conversion saturates at ±448
+    return torch.where(bad_key_rows(k)[..., None], torch.zeros_like(k), k)
+
+
+def rule_values(v: torch.Tensor) -> torch.Tensor:
+    v = v.float()
+    return torch.where(torch.isfinite(v).all(-1, keepdim=True), v, torch.zeros_like(v))
+
+
+def rule_slots(k: torch.Tensor, v: torch.Tensor, name: str) -> torch.Tensor:
+    """The slot bytes the rule gives: the replaced tokens encoded, with the key codes of
+    replaced Lloyd-Max keys set to 0 (a zero key's own codes would be the middle ones)."""
+    slots = encode_kv(rule_keys(k, name), rule_values(v), name)
+    if not get_preset(name).key_is_fp8:
+        lay = get_preset(name).layout(k.shape[-1])
+        slots[..., lay.key_offset : lay.key_offset + lay.key_code_bytes][bad_key_rows(k)] = 0
+    return slots
 
 
 def quarters(gen: torch.Generator, *shape: int) -> torch.Tensor:
@@ -59,74 +83,87 @@ def test_non_finite_tokens_encode_as_the_rule_says(gen, name, dtype, d):
     v = poison(quarters(gen, 10, 3, d), gen).to(dtype)
     assert not torch.isfinite(k).all() and not torch.isfinite(v).all()
     got = encode_kv(k, v, name)
-    expected = encode_kv(rule(k), rule(v), name)
-    assert torch.equal(got, expected), "slot bytes differ from encoding nan_to_num(input)"
+    assert torch.equal(got, rule_slots(k, v, name)), "slot bytes differ from the rule's"
     dk, dv = decode_kv(got, name, d)
     assert torch.isfinite(dk).all() and torch.isfinite(dv).all()
+    # replaced tokens decode to exactly 0
+    assert (dv[~torch.isfinite(v.float()).all(-1)] == 0).all()
+    if not get_preset(name).key_is_fp8:
+        assert (dk[bad_key_rows(k)] == 0).all()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_paged_store_of_non_finite_tokens_writes_the_rule_bytes(gen, dtype):
-    # the paged store goes through the same encode: one Lloyd-Max and the fp8 preset
+    # the paged store writes the same fields (read back in slot order): one Lloyd-Max and
+    # the fp8 preset
     for name in ("turboquant_k8v4", "turboquant_k3v4_nc"):
         d, bs, h = 64, 16, 2
         k = poison(quarters(gen, 12, h, d), gen).to(dtype)
         v = poison(quarters(gen, 12, h, d), gen).to(dtype)
         slot = get_preset(name).layout(d).slot_size_aligned
         cache = torch.randint(0, 256, (3, bs, h, slot), generator=gen, dtype=torch.uint8)
-        ref = cache.clone()
         slots = torch.randperm(3 * bs, generator=gen)[:12]
         tq_core.store(k, v, cache, slots, name)
-        tq_core.store(rule(k), rule(v), ref, slots, name)
-        assert torch.equal(cache, ref), name
+        slot_bytes = tq_core.to_vllm_cache(cache, name).view(3 * bs, h, slot)[slots]
+        assert torch.equal(slot_bytes, rule_slots(k, v, name)), name
 
 
 def test_fp8_key_and_value_fields_by_hand():
     d = 64
     key = torch.zeros(1, 1, d)
     key[0, 0, :4] = torch.tensor([NAN, INF, -INF, 1.0])
-    value = torch.zeros(1, 1, d)
+    value = torch.zeros(2, 1, d)
     value[0, 0, :3] = torch.tensor([NAN, INF, -INF])
-    f = slot_fields(encode_kv(key, value, "turboquant_k8v4")[0, 0], "turboquant_k8v4", d)
+    value[1, 0, :3] = torch.tensor([60000.0, -60000.0, 1.0])
+    slots = encode_kv(key.expand(2, 1, d), value, "turboquant_k8v4")
+    f = slot_fields(slots[0, 0], "turboquant_k8v4", d)
     # e4m3fn: 0 -> 0x00, ±448 (the largest finite) -> 0x7E / 0xFE, 1.0 -> 0x38
     assert f["key"] == [0x00, 0x7E, 0xFE, 0x38] + [0] * (d - 4)
-    # values [0, 65504, -65504, 0, ...]: zero = -65504, scale = fp16(131008 / 15) = 8736
-    assert f["zero"] == fp16_bytes(-65504.0)
-    assert f["scale"] == fp16_bytes(8736.0)
-    # codes floor((v + 65504) / 8736 + 1/2): 0 -> 7, 65504 -> 15, -65504 -> 0
-    assert f["value"] == pack_int([7, 15, 0] + [7] * (d - 3), 4)
+    # a value with NaN or ±inf: zero 0, scale 0, codes 0
+    assert f["zero"] == fp16_bytes(0.0) and f["scale"] == fp16_bytes(0.0)
+    assert f["value"] == [0] * len(f["value"])
+    # a finite one: zero = -60000, scale = fp16(120000 / 15) = 8000, codes
+    # floor((v + 60000) / 8000 + 1/2): 60000 -> 15, -60000 -> 0, 1 and 0 -> 8
+    f = slot_fields(slots[1, 0], "turboquant_k8v4", d)
+    assert f["zero"] == fp16_bytes(-60000.0) and f["scale"] == fp16_bytes(8000.0)
+    assert f["value"] == pack_int([15, 0, 8] + [8] * (d - 3), 4)
 
 
 @pytest.mark.parametrize("name", ["turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc"])
 def test_lloyd_max_norm_fields_by_hand(name):
     d = 128
-    key = torch.zeros(4, 1, d)
-    key[0, 0, 5] = INF  # -> 65504 e_5: norm 65504
+    key = torch.ones(5, 1, d)
+    key[0, 0, 5] = INF  # each of the first four: the zero vector, norm 0, codes 0
     key[1, 0, 9] = -INF
-    key[2, 0, 3] = NAN  # -> the zero vector: norm 0
+    key[2, 0, 3] = NAN
     key[3] = NAN
-    slots = encode_kv(key, torch.zeros(4, 1, d), name)
-    norms = [slot_fields(slots[i, 0], name, d)["norm"] for i in range(4)]
-    assert norms == [fp16_bytes(65504.0)] * 2 + [fp16_bytes(0.0)] * 2
+    key[4, 0, 5] = 70000.0  # finite: norm sqrt(70000^2 + 127) saturates at 65504
+    slots = encode_kv(key, torch.zeros(5, 1, d), name)
+    fields = [slot_fields(slots[i, 0], name, d) for i in range(5)]
+    assert [f["norm"] for f in fields] == [fp16_bytes(0.0)] * 4 + [fp16_bytes(65504.0)]
+    assert all(f["key"] == [0] * len(f["key"]) for f in fields[:4])
     dk, _ = decode_kv(slots, name, d)
     assert torch.isfinite(dk).all()
-    assert (dk[2:] == 0).all()
-    # the saturated keys decode to norm 65504 pointing along ±e_5 / ±e_9
-    torch.testing.assert_close(torch.linalg.vector_norm(dk[:2, 0], dim=-1), torch.full((2,), 65504.0))
-    assert int(dk[0, 0].argmax()) == 5 and int(dk[1, 0].argmin()) == 9
+    assert (dk[:4] == 0).all()
+    torch.testing.assert_close(torch.linalg.vector_norm(dk[4, 0], dim=-1), torch.tensor(65504.0))
+    assert int(dk[4, 0].argmax()) == 5
 
 
 @pytest.mark.parametrize("name", PRESET_NAMES)
 def test_huge_finite_keys_and_values_saturate(gen, name):
     d = 64
     signs = torch.where(torch.rand(3, 1, d, generator=gen) < 0.5, -1.0, 1.0)
-    # fp16 keys at ±60000 (norm 480000); fp32 keys at ±1e30 (the float32 norm overflows)
+    # fp16 keys at ±60000 (norm 480000, saturates); fp32 keys at ±1e30: the float32 sum of
+    # squares overflows, so a Lloyd-Max key is stored as the zero vector
     k16 = (signs * 60000.0).to(torch.float16)
     k32 = signs * 1e30
     levels = (1 << get_preset(name).value_bits) - 1
     v16 = (signs * 60000.0).to(torch.float16)  # range 120000: scale 120000 / levels, zero -60000
     v32 = signs * 1e6  # range 2e6: scale saturates at 65504, zero at -65504
-    for k, v, scale, zero in ((k16, v16, 120000.0 / levels, -60000.0), (k32, v32, 65504.0, -65504.0)):
+    for k, v, scale, zero, norm in (
+        (k16, v16, 120000.0 / levels, -60000.0, 65504.0),
+        (k32, v32, 65504.0, -65504.0, 0.0),
+    ):
         slots = encode_kv(k, v, name)
         dk, dv = decode_kv(slots, name, d)
         assert torch.isfinite(dk).all() and torch.isfinite(dv).all()
@@ -135,11 +172,11 @@ def test_huge_finite_keys_and_values_saturate(gen, name):
             if get_preset(name).key_is_fp8:
                 assert f["key"] == [0x7E if s > 0 else 0xFE for s in signs[i, 0].tolist()]
             else:
-                assert f["norm"] == fp16_bytes(65504.0)
+                assert f["norm"] == fp16_bytes(norm)
             assert f["scale"] == fp16_bytes(scale)
             assert f["zero"] == fp16_bytes(zero)
         if not get_preset(name).key_is_fp8:
-            torch.testing.assert_close(torch.linalg.vector_norm(dk[:, 0], dim=-1), torch.full((3,), 65504.0))
+            torch.testing.assert_close(torch.linalg.vector_norm(dk[:, 0], dim=-1), torch.full((3,), norm))
         # values decode inside zero .. zero + levels * scale (codes clamp at the ends)
         assert dv.min() >= zero and dv.max() <= zero + levels * scale * 1.001
 
@@ -163,7 +200,7 @@ def test_attention_over_a_cache_stored_from_non_finite_tokens_is_finite(gen, nam
     k[19 + 8, :, ::3] = NAN
     sanitized = case.kv_cache.clone()
     tq_core.store(k, v, case.kv_cache, case.slot_mapping, name)
-    tq_core.store(rule(k), rule(v), sanitized, case.slot_mapping, name)
+    tq_core.store(rule_keys(k, name), rule_values(v), sanitized, case.slot_mapping, name)
     out = tq_core.attention(*case.args())
     assert torch.isfinite(out).all()
     expected = tq_core.attention(case.query, sanitized, *case.args()[2:])

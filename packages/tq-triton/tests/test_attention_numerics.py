@@ -1,7 +1,10 @@
-"""Large and non-finite queries: tq_triton.attention is finite where tq_core is, and a
+"""Large and non-finite queries: tq_triton.attention is finite where tq_core is, equal to
+it up to fp16 rounding within the query's headroom (any scale; queries x1e6), and a
 non-finite query element makes exactly its own (row, q head) NaN."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -73,3 +76,36 @@ def test_non_finite_query_element_poisons_only_its_row(preset, bad, splits, gen,
     others = torch.ones(out.shape[:2], dtype=torch.bool, device=out.device)
     others[row, head] = False
     assert_attention_close(out[others].float(), ref[others], tol=TOL, what="the other rows")
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("preset", ["turboquant_k3v4_nc", "turboquant_k8v4"])
+def test_query_beyond_the_fp16_headroom_saturates_and_stays_a_weighted_mean(preset, splits, gen, device):
+    # x1e12: far past 65504 * 2^8 once scaled, so tq_triton saturates the query (documented
+    # in tq_triton.attention); the result must stay finite and, as any softmax attention,
+    # a convex combination of the request's values
+    b = batch(gen, preset, device)
+    query = (dominated_query(b) * 1e12).to(torch.bfloat16)
+    _, bt, sl, qsl = b.args()[1:5]
+    out = tq_triton.attention(query, b.kv_cache, bt, sl, qsl, b.preset, b.scale, num_kv_splits=splits).float().cpu()
+    assert bool(out.isfinite().all())
+    starts = [0, *torch.tensor(Q_LENS).cumsum(0).tolist()]
+    for r, seq_len in enumerate(SEQ_LENS):
+        _, v = tq_core.gather_kv(b.kv_cache, b.block_table[r], seq_len, b.preset)
+        v = v.float().cpu().repeat_interleave(GROUP, dim=1)  # [L, Hq, D]
+        lo, hi = v.amin(0), v.amax(0)
+        slack = 1e-2 * (hi - lo).abs().amax() + 1e-3
+        rows = out[starts[r] : starts[r + 1]]
+        assert bool(((rows >= lo - slack) & (rows <= hi + slack)).all()), f"request {r}: outside its values' range"
+
+
+@pytest.mark.parametrize("scale", [1e-30, 0.02, 0.125, 1.0, 3.0, 1e30, 1e300])
+def test_query_scaling_is_exact_and_keeps_the_headroom(scale):
+    from tq_triton.attention.launch import QUERY_HEADROOM_LOG2, query_scaling
+
+    q_mul, q_scale = query_scaling(scale)
+    mant, exp = math.frexp(q_scale)
+    assert mant == 0.5 and exp - 1 >= QUERY_HEADROOM_LOG2, "q_scale must be a power of two >= 2^8"
+    assert q_mul * q_scale == scale * 1.4426950408889634  # exact: a power-of-two division
+    if scale * 1.4426950408889634 <= 2.0 ** (126 - QUERY_HEADROOM_LOG2):
+        assert q_mul <= 2.0**-QUERY_HEADROOM_LOG2, "the scaled query keeps 2^8 of headroom"

@@ -30,8 +30,8 @@ ROWS = [(0, 1), (1, 4), (4, 6)]
 
 
 def batch(gen, device):
-    """The batch, with every slot no request uses filled too: a bad block id is read as block
-    0, which then holds finite data whatever the block table."""
+    """The batch, with every slot no request uses filled too: a bad block id is read as the
+    last block, which then holds finite data whatever the block table."""
     b = make_batch(gen, PRESET, SEQ_LENS, Q_LENS, head_dim=D, num_kv_heads=1, group=2, block_size=BS, device=device)
     return fill_free_slots(b, gen)
 
@@ -137,9 +137,10 @@ def _set(t, index, value):
 
 # Each case: (metadata edit, {request: (seq_len it is computed over, its rows)} compared with
 # tq_core, rows that must be 0, rows that must be left unwritten). tq_core is given the block
-# table with every id outside the cache replaced by 0 (the kernel reads such a block as block
-# 0), so request 0 with a bad id, or read to the table's capacity, has a reference too. Request 0 is a decode of
-# 32 positions over 2 blocks; the block table has 3 columns (cap 48).
+# table with every id outside the cache replaced by the last block's (the kernel reads such a
+# block as the last one), so request 0 with a bad id, or read to the table's capacity, has a
+# reference too. Request 0 is a decode of 32 positions over 2 blocks; the block table has 3
+# columns (cap 48).
 CASES = {
     "block_id_num_blocks": ("bt", (0, 1), "nb", {0: (32, (0, 1)), 1: (20, (1, 4)), 2: (7, (4, 6))}, [], []),
     "block_id_-1": ("bt", (0, 1), -1, {0: (32, (0, 1)), 1: (20, (1, 4)), 2: (7, (4, 6))}, [], []),
@@ -178,7 +179,7 @@ def test_out_of_range_metadata(case, splits, gen, device):
         qsl = _set(qsl, index, value)
     out = run(b, bt, sl, qsl, splits)
     nb = b.kv_cache.shape[0]
-    read_as = torch.where((bt >= 0) & (bt < nb), bt, 0)
+    read_as = torch.where((bt >= 0) & (bt < nb), bt, nb - 1)
     for r, (seq_len, rows) in valid.items():
         close(out[rows[0] : rows[1]], request_reference(b, r, seq_len, rows, block_table=read_as), f"request {r}")
     for row in zero_rows:

@@ -1,10 +1,12 @@
 """tq_triton.store of NaN / ±inf / huge tokens: the same bytes as tq_core.store.
 
-The rule (docs/overview.md, "Non-finite inputs"): NaN -> 0, +inf -> +65504, -inf ->
--65504 before encoding; finite values (also beyond 65504 in bf16 / float32 input) are
-kept and the stored fields saturate. The inputs are multiples of 1/4 plus the non-finite
-and huge elements, so every sum of squares is exact or saturates the fp16 norm: the two
-stores agree bit for bit, without the rounding-boundary allowance of test_store.py.
+The rule (docs/overview.md, "Non-finite inputs"): a value token holding a NaN or ±inf,
+and a Lloyd-Max key whose float32 sum of squares is not finite, are stored as the zero
+vector (key codes 0); fp8 keys map NaN to 0 and saturate ±inf at ±448; finite values
+(also beyond 65504 in bf16 / float32 input) are kept and the stored fields saturate. The
+inputs are multiples of 1/4 plus the non-finite and huge elements, so every sum of
+squares is exact or saturates the fp16 norm: the two stores agree bit for bit, without the
+rounding-boundary allowance of test_store.py.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ def tokens(gen: torch.Generator, n: int, h: int, d: int, dtype: torch.dtype) -> 
         # finite beyond fp16's range: kept by the rule, then the fields saturate
         x[6, :, 4] = 1e6
         x[7, 1, 5:9] = -3e5
+        # finite, but the float32 sum of squares overflows: a Lloyd-Max key stored as zero
+        x[8, 0] = 1e20
     return x.to(dtype)
 
 
@@ -53,10 +57,17 @@ def test_non_finite_tokens_store_the_same_bytes_as_tq_core(preset, dtype, gen, d
     tq_triton.store(k.to(device), v.to(device), got, slots.to(device), preset)
     got = got.cpu()
     assert torch.equal(got, ref), f"{int((got != ref).sum())} cache bytes differ from tq_core.store"
-    # the rule itself, independently of tq_core's store: every written slot decodes finite
+    # the rule itself, independently of tq_core's store: every written slot decodes finite,
+    # and a replaced token decodes to exactly 0
     kd, vd = tq_core.gather_kv(got, torch.arange(2), 2 * bs, preset, d)  # position = slot here
-    written = slots[slots >= 0]
+    keep = slots >= 0
+    written = slots[keep]
     assert torch.isfinite(kd[written]).all() and torch.isfinite(vd[written]).all()
+    bad_v = ~torch.isfinite(v.float()).all(-1)[keep]
+    assert bool(bad_v.any()) and (vd[written][bad_v] == 0).all()
+    if not tq_core.get_preset(preset).key_is_fp8:
+        bad_k = ~torch.isfinite((k.float() ** 2).sum(-1))[keep]
+        assert bool(bad_k.any()) and (kd[written][bad_k] == 0).all()
 
 
 @pytest.mark.parametrize("preset", list(tq_core.PRESETS))

@@ -12,10 +12,14 @@ Values: per (token, head) asymmetric uniform: ``zero = min``, ``scale = (max - m
 the stored fp16 scale and zero so that the decoder's ``zero + code * scale`` is the
 nearest representable level.
 
-Non-finite inputs: before any of this, every element of a key or value token goes
-through :func:`finite_input` (NaN -> 0, +inf -> +65504, -inf -> -65504, in float32), and
-each stored field then saturates to its format: fp8 keys at ±448, the fp16 key norm,
-value scale and zero point at ±65504. The cache therefore only ever holds finite numbers.
+Non-finite inputs (one rule for every backend, docs/overview.md): a Lloyd-Max key whose
+sum of squares is not finite in float32 (it holds a NaN or ±inf, or its norm overflows
+float32) and a value that holds a NaN or ±inf are stored as the zero vector (norm 0, or
+scale 0 and zero point 0; every code 0). An fp8 key is converted per element: NaN -> 0,
+±inf saturate to ±448 like every element beyond ±448. Finite fields saturate to their
+format: the fp16 key norm, value scale and zero point at ±65504. The cache therefore only
+ever holds finite numbers, and such a token cannot reach other rows (0 * NaN in the
+probability-value product of matrix-unit kernels) or other requests sharing its block.
 """
 
 from __future__ import annotations
@@ -89,24 +93,16 @@ def _from_fp16_bytes(b: torch.Tensor) -> torch.Tensor:
     return b.contiguous().view(torch.float16).squeeze(-1)
 
 
-def finite_input(x: torch.Tensor) -> torch.Tensor:
-    """``x`` in float32 with NaN -> 0, +inf -> +65504 and -inf -> -65504; finite values unchanged.
-
-    Every key and value element passes through this before encoding. A non-finite value
-    in a cache slot would reach rows that do not attend to it (0 * NaN in the
-    probability-value product of matrix-unit kernels) and every request sharing the block
-    through prefix caching, so the cache holds finite numbers only.
-    """
-    return torch.nan_to_num(x.float(), nan=0.0, posinf=FP16_MAX, neginf=-FP16_MAX)
-
-
 def quantize_keys(key: torch.Tensor, preset: Preset) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Keys ``[..., d]`` -> (packed codes or fp8 bytes, fp16 norms or None); see :func:`finite_input`."""
-    k = finite_input(key)
+    """Keys ``[..., d]`` -> (packed codes or fp8 bytes, fp16 norms or None). Non-finite
+    input: see the module docstring."""
+    k = key.float()
     if preset.key_is_fp8:
-        fp8 = k.clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
+        fp8 = torch.nan_to_num(k, nan=0.0).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
         return fp8.view(torch.uint8), None
     d = k.shape[-1]
+    bad = ~torch.isfinite((k * k).sum(-1))  # the fused store's test: its own sum of squares
+    k = torch.where(bad[..., None], torch.zeros_like(k), k)
     norm = torch.linalg.vector_norm(k, dim=-1)
     y = rotate(k)
     safe = torch.where(norm > 0, norm, torch.ones_like(norm))
@@ -114,6 +110,7 @@ def quantize_keys(key: torch.Tensor, preset: Preset) -> tuple[torch.Tensor, torc
     _, bounds = _shared_codebook(preset, d, k.device)
     # a coordinate exactly on a boundary takes the upper code, as vLLM's store does
     codes = torch.searchsorted(bounds, unit.contiguous(), right=True)
+    codes = torch.where(bad[..., None], torch.zeros_like(codes), codes)
     norm16 = norm.clamp(max=FP16_MAX).to(torch.float16)
     return pack_codes(codes, preset.key_bits), norm16
 
@@ -134,8 +131,10 @@ def dequantize_keys(
 
 
 def quantize_values(value: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Values ``[..., d]`` -> (packed codes, fp16 scale, fp16 zero); see :func:`finite_input`."""
-    v = finite_input(value)
+    """Values ``[..., d]`` -> (packed codes, fp16 scale, fp16 zero). A value holding a NaN or
+    ±inf is stored as zeros (see the module docstring)."""
+    v = value.float()
+    v = torch.where(torch.isfinite(v).all(-1, keepdim=True), v, torch.zeros_like(v))
     levels = (1 << bits) - 1
     vmin = v.amin(-1)
     vmax = v.amax(-1)

@@ -47,20 +47,6 @@ def _fp8_e4m3_bits(x):
 
 
 @triton.jit
-def _finite(x):
-    """float32 ``x`` with NaN -> 0, +inf -> +65504, -inf -> -65504, finite values kept
-    (tq_core.codec.finite_input)."""
-    r = tl.where(tl.abs(x) < FP32_INF, x, tl.where(x > 0, FP16_MAX, -FP16_MAX))
-    return tl.where(x == x, r, 0.0)
-
-
-@triton.jit
-def _any_row(bad):
-    """True when any entry of the per-row flags ``bad`` is set (one scalar per program)."""
-    return tl.max(bad.to(tl.int32), axis=0) > 0
-
-
-@triton.jit
 def _min_nan(a, b):
     return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
 
@@ -124,22 +110,23 @@ def _store_kernel(
     d = tl.arange(0, D)
 
     k = tl.load(K + t[:, None] * stride_kt + h * stride_kh + d[None, :], mask=ok[:, None], other=0.0).to(tl.float32)
-    # Non-finite elements are replaced before encoding (tq_core.codec.finite_input). Rows
-    # are checked through sums and min/max the encoder computes anyway; only a program
-    # holding such a row pays for the per-element replacement.
+    # Non-finite inputs (tq_core.codec, docs/overview.md): fp8 keys per element (NaN -> 0,
+    # ±inf saturate to ±448); a Lloyd-Max key or a value row with a non-finite element is
+    # stored as the zero vector. The rows are recognised from the sum of squares and the
+    # min/max the encoder computes anyway, so finite rows cost nothing extra.
     if KEY_FP8:
         # the fp8 cast saturates ±inf (and ±65504) to ±448 by itself: only NaN needs replacing
         k8 = _fp8_e4m3_bits(tl.where(k == k, k, 0.0))
         tl.store(field_ptr(base[:, None], off[:, None], KEY_OFF, KEY_BYTES) + d[None, :], k8, mask=ok[:, None])
     else:
         ss = tl.sum(k * k, axis=1)  # NaN or inf for a row with a non-finite element
-        if _any_row(~(ss < FP32_INF)):
-            k = _finite(k)
-            ss = tl.sum(k * k, axis=1)
-        norm = tl.sqrt(ss)
+        k_bad = ~(ss < FP32_INF)
+        norm = tl.where(k_bad, 0.0, tl.sqrt(ss))
         y = fwht_rows(k, BLOCK_T, D, LOG2_D)
-        # y is sqrt(D) * (H k); the unit vector's coordinate is y / (sqrt(D) * norm)
+        # y is sqrt(D) * (H k); the unit vector's coordinate is y / (sqrt(D) * norm). A bad
+        # row's coordinates become NaN, which lies at or above no boundary: code 0 throughout
         inv = tl.where(norm > 0, 1.0 / (tl.where(norm > 0, norm, 1.0) * tl.sqrt(D * 1.0)), 0.0)
+        inv = tl.where(k_bad, float("nan"), inv)
         u = y * inv[:, None]
         codes = codebook_codes(u, Bounds, NUM_BOUNDS)
         kptr = field_ptr(base, off, KEY_OFF, KEY_BYTES).to(tl.pointer_type(tl.int32))
@@ -149,15 +136,13 @@ def _store_kernel(
 
     v = tl.load(V + t[:, None] * stride_vt + h * stride_vh + d[None, :], mask=ok[:, None], other=0.0).to(tl.float32)
     LEVELS: tl.constexpr = (1 << VBITS) - 1
-    # NaN-propagating: a row's min or max is NaN or ±inf exactly when it holds such an element
+    # NaN-propagating: a row's min or max is NaN or ±inf exactly when it holds such an
+    # element; such a row gets scale 0 and zero 0, so its codes are 0 below
     vmin = tl.reduce(v, 1, _min_nan)
     vmax = tl.reduce(v, 1, _max_nan)
-    if _any_row(~((vmin > -FP32_INF) & (vmax < FP32_INF))):
-        v = _finite(v)
-        vmin = tl.min(v, axis=1)
-        vmax = tl.max(v, axis=1)
-    scale16 = tl.minimum((vmax - vmin) / LEVELS, FP16_MAX).to(tl.float16)
-    zero16 = tl.minimum(tl.maximum(vmin, -FP16_MAX), FP16_MAX).to(tl.float16)
+    v_bad = ~((vmin > -FP32_INF) & (vmax < FP32_INF))
+    scale16 = tl.where(v_bad, 0.0, tl.minimum((vmax - vmin) / LEVELS, FP16_MAX)).to(tl.float16)
+    zero16 = tl.where(v_bad, 0.0, tl.minimum(tl.maximum(vmin, -FP16_MAX), FP16_MAX)).to(tl.float16)
     scale = scale16.to(tl.float32)
     safe = tl.where(scale > 0, scale, 1.0)
     q = tl.floor((v - zero16.to(tl.float32)[:, None]) / safe[:, None] + 0.5)

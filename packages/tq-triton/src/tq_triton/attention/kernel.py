@@ -11,8 +11,8 @@ kernel; a split that is masked for a row contributes nothing.
 Metadata values are never trusted for addressing (the launcher documents the results):
 each program clamps its seq_len to ``[0, block_table capacity]`` and its query rows to
 ``[0, rows)``, where ``rows`` is ``query_start_loc[num_reqs]`` clamped to
-``[0, num_query_rows]``; a block id outside ``[0, num_blocks)`` is read as block 0 (see
-``tile``).
+``[0, num_query_rows]``; a block id outside ``[0, num_blocks)`` is read as the last block
+(see ``tile``).
 These are scalar operations once per program, outside the loop over the sequence.
 """
 
@@ -36,9 +36,10 @@ def attention_kernel(
     Out,
     Partial,
     Lse,
-    sm_scale,
+    q_mul,
+    q_scale,
     num_query_rows,
-    num_blocks,
+    last_block,
     bt_cap,
     stride_qt,
     stride_qh,
@@ -116,22 +117,16 @@ def attention_kernel(
         q = tl.load(
             Q + q_row[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :], mask=row_ok[:, None], other=0.0
         ).to(tl.float32)
+        # The fp16 product sees the query times q_mul = scale * log2(e) / q_scale; the
+        # scores are multiplied back by q_scale (a power of two chosen by the launcher, see
+        # launch.query_scaling) where they enter the exponent. Finite elements beyond fp16's
+        # range saturate at ±65504; NaN and ±inf pass, so that only their own row is NaN.
         if KEY_FP8:
-            q = q * sm_scale
+            q = q * q_mul
         else:
-            q = fwht_rows(q, BLOCK_M, D, LOG2_D) * (sm_scale / tl.sqrt(D * 1.0))
-        # The query enters the fp16 product divided by q_scale, a power of two that is 1
-        # unless a finite element reaches 2^14 (then it brings the largest below 2^14); the
-        # scores are multiplied back in float32 where they enter the exponent. So no query or
-        # scale that is finite in float32 overflows fp16, ordinary queries are computed
-        # exactly as without it, and a non-finite element makes only its own row
-        # non-finite. A power of two keeps s * q_scale exact: the fused multiply-add of the
-        # exponent then gives exactly 0 at the row's maximum, whatever its magnitude.
-        q_abs = tl.abs(q)
-        q_max = tl.max(tl.max(tl.where(q_abs < float("inf"), q_abs, 0.0), axis=1), axis=0)
-        q_pow2 = (q_max.to(tl.int32, bitcast=True) & 0x7F800000).to(tl.float32, bitcast=True)
-        q_scale = tl.maximum(q_pow2 * (1.0 / 8192.0), 1.0)
-        q16 = (q * (1.0 / q_scale)).to(tl.float16)
+            q = fwht_rows(q, BLOCK_M, D, LOG2_D) * (q_mul / tl.sqrt(D * 1.0))
+        q_sat = tl.minimum(tl.maximum(q, -65504.0), 65504.0)
+        q16 = tl.where(tl.abs(q) < float("inf"), q_sat, q).to(tl.float16)
 
         m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
         l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -143,13 +138,12 @@ def attention_kernel(
 
         if PREFETCH:
             # the first tile's bytes and the second tile's block ids are in flight before the loop
-            blk = tile_block_ids(bt_row, stride_bc, kv_lo, hi, BLOCK_KV, BLOCK_SIZE)
+            blk = tile_block_ids(bt_row, stride_bc, kv_lo, hi, last_block, BLOCK_KV, BLOCK_SIZE)
             tile = load_tile(
                 head_base,
                 blk,
                 kv_lo,
                 hi,
-                num_blocks,
                 stride_blk,
                 BLOCK_KV=BLOCK_KV,
                 D=D,
@@ -165,7 +159,7 @@ def attention_kernel(
                 KBITS=KBITS,
                 VBITS=VBITS,
             )
-            blk = tile_block_ids(bt_row, stride_bc, kv_lo + BLOCK_KV, hi, BLOCK_KV, BLOCK_SIZE)
+            blk = tile_block_ids(bt_row, stride_bc, kv_lo + BLOCK_KV, hi, last_block, BLOCK_KV, BLOCK_SIZE)
         for start in tl.range(kv_lo, hi, BLOCK_KV, num_stages=LOOP_STAGES):
             # the mode decides which tile this iteration issues the loads of: the next one
             # (decoded while they are in flight) or this one
@@ -173,14 +167,13 @@ def attention_kernel(
                 current = tile
                 ahead = start + BLOCK_KV
             else:
-                blk = tile_block_ids(bt_row, stride_bc, start, hi, BLOCK_KV, BLOCK_SIZE)
+                blk = tile_block_ids(bt_row, stride_bc, start, hi, last_block, BLOCK_KV, BLOCK_SIZE)
                 ahead = start
             tile = load_tile(
                 head_base,
                 blk,
                 ahead,
                 hi,
-                num_blocks,
                 stride_blk,
                 BLOCK_KV=BLOCK_KV,
                 D=D,
@@ -197,7 +190,7 @@ def attention_kernel(
                 VBITS=VBITS,
             )
             if PREFETCH:
-                blk = tile_block_ids(bt_row, stride_bc, start + 2 * BLOCK_KV, hi, BLOCK_KV, BLOCK_SIZE)
+                blk = tile_block_ids(bt_row, stride_bc, start + 2 * BLOCK_KV, hi, last_block, BLOCK_KV, BLOCK_SIZE)
             else:
                 current = tile
             m_i, l_i, acc, r_i, f_i = attend_tile(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import torch
@@ -16,6 +17,24 @@ from .kernel import attention_kernel, merge_kernel
 from .plan import MAX_BLOCK_M, longest_query, next_pow2, plan_block_q, plan_config, plan_splits
 
 LOG2E = 1.4426950408889634
+# log2 of the headroom above fp16's largest number that the query keeps in the fp16
+# product: finite scaled query elements up to 65504 * 2^8 are exact (up to fp16 rounding;
+# elements below 2^-6 keep fp16's subnormal step, 2^-24 * 2^8, as absolute precision)
+QUERY_HEADROOM_LOG2 = 8
+
+
+def query_scaling(scale: float) -> tuple[float, float]:
+    """``(q_mul, q_scale)`` for the attention kernel: the fp16 product sees the query times
+    ``q_mul = scale * log2(e) / q_scale`` and the scores are multiplied back by
+    ``q_scale``, a power of two, so that both products are exact in float32. ``q_scale``
+    is ``2^8`` for scales up to ``1 / log2(e)`` and grows with larger scales (up to 2^126),
+    so any finite ``scale`` keeps the query's ordinary range. Host arithmetic only: the
+    kernel reads both as launch arguments."""
+    s = float(scale) * LOG2E
+    _, exp = math.frexp(s)  # s = m * 2^exp with 0.5 <= m < 1
+    k = min(max(exp, 0) + QUERY_HEADROOM_LOG2, 126)
+    q_scale = math.ldexp(1.0, k)
+    return s / q_scale, q_scale
 
 
 def attention(
@@ -45,8 +64,8 @@ def attention(
     kernels read or write outside their tensors, and an invalid value gives this result:
 
     - a block id outside ``[0, num_blocks)`` (at a position below its request's seq_len)
-      is read as block 0: nothing outside the cache is read, and that request's result is
-      unspecified (block 0's keys and values stand in);
+      is read as the cache's last block: nothing outside the cache is read, and that
+      request's result is unspecified (the last block's keys and values stand in);
     - a negative seq_len counts as 0; one past the block table's capacity
       (``block_table.shape[1] * block_size``) as that capacity;
     - ``query_start_loc``: ``rows = query_start_loc[num_reqs]`` is clamped to
@@ -61,6 +80,13 @@ def attention(
 
     A request whose metadata is valid gets tq_core's result whatever the other requests
     hold (as long as their rows do not overlap its own).
+
+    Numerics: the query enters an fp16 matrix product, scaled by powers of two chosen from
+    ``scale`` alone (:func:`query_scaling`), so any finite ``scale`` and queries up to
+    ``65504 * 2^8`` per element of ``scale * log2(e) * query`` (rotated, for Lloyd-Max
+    keys) are computed as tq_core does, up to fp16 rounding. Larger finite elements
+    saturate: the result stays finite but differs from tq_core's. A NaN or ±inf query
+    element makes its own (row, q head) NaN and nothing else.
     """
     args = check_attention_args(
         query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, check_values=debug_enabled()
@@ -105,9 +131,9 @@ def attention(
         out,
         partial,
         lse,
-        float(scale) * LOG2E,
+        *query_scaling(scale),
         nq,
-        kv_cache.shape[0],
+        kv_cache.shape[0] - 1,
         block_table.shape[1] * kv_cache.shape[1],
         query.stride(0),
         query.stride(1),

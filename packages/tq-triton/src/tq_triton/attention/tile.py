@@ -8,10 +8,11 @@ v2, vs, vz)``: the key's packed words (``k0`` holds the fp8 bytes for fp8 keys, 
 scales and zero points.
 
 A position is read only when it lies before ``hi``; a block id outside
-``[0, num_blocks)`` is read as block 0, so no block-table value addresses memory outside
-the cache. The masks stay functions of the position alone: a mask computed from the loaded
-block ids would have to be moved into the layout of every load, which costs the decode
-loop about a tenth of its time on an H200.
+``[0, num_blocks)`` is read as the cache's last block (an unsigned minimum with
+``num_blocks - 1``, one instruction per id where the block table is int32), so no
+block-table value addresses memory outside the cache. The masks stay functions of the
+position alone: a mask computed from the loaded block ids would have to be moved into the
+layout of every load, which costs the decode loop about a tenth of its time on an H200.
 """
 
 from __future__ import annotations
@@ -25,11 +26,18 @@ from ..codebook_decode import codebook_keys
 
 
 @triton.jit
-def tile_block_ids(bt_row, stride_bc, start, hi, BLOCK_KV: tl.constexpr, BLOCK_SIZE: tl.constexpr):
-    """The physical block of each position of the tile at ``start`` (0 from ``hi`` on).
-    ``bt_row``: the request's block-table row, whose entries are ``stride_bc`` apart."""
+def tile_block_ids(bt_row, stride_bc, start, hi, last_block, BLOCK_KV: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    """The physical block of each position of the tile at ``start`` (0 from ``hi`` on), as
+    int64 inside ``[0, last_block]``: an id outside (a negative one is a huge unsigned
+    number) becomes ``last_block``. ``bt_row``: the request's block-table row, whose
+    entries are ``stride_bc`` apart."""
     pos = start + tl.arange(0, BLOCK_KV)
-    return tl.load(bt_row + (pos // BLOCK_SIZE) * stride_bc, mask=pos < hi, other=0).to(tl.int64)
+    blk = tl.load(bt_row + (pos // BLOCK_SIZE) * stride_bc, mask=pos < hi, other=0)
+    if blk.dtype == tl.int32:
+        blk = tl.minimum(blk.to(tl.uint32, bitcast=True), last_block.to(tl.uint32))
+    else:
+        blk = tl.minimum(blk.to(tl.int64).to(tl.uint64, bitcast=True), last_block.to(tl.uint64))
+    return blk.to(tl.int64)
 
 
 @triton.jit
@@ -38,7 +46,6 @@ def load_tile(
     blk,
     start,
     hi,
-    num_blocks,
     stride_blk,
     BLOCK_KV: tl.constexpr,
     D: tl.constexpr,
@@ -56,11 +63,10 @@ def load_tile(
 ):
     """Issue the loads of the tile at ``start`` (raw packed words; decoding happens in
     :func:`attend_tile`). ``head_base``: the cache plus this kv head's offset; ``blk``: the
-    tile's block ids (:func:`tile_block_ids`)."""
+    tile's block ids, inside the cache (:func:`tile_block_ids`)."""
     pos = start + tl.arange(0, BLOCK_KV)
     ok = pos < hi
-    # an id outside [0, num_blocks) reads block 0 (a negative id is a huge unsigned number)
-    base = head_base + tl.where(blk.to(tl.uint64) < num_blocks, blk, 0) * stride_blk
+    base = head_base + blk * stride_blk
     off = (pos % BLOCK_SIZE).to(tl.int64)
     if KEY_FP8:
         d = tl.arange(0, D)
@@ -102,9 +108,9 @@ def attend_tile(
 ):
     """Decode one loaded tile (:func:`load_tile`'s tuple) and fold it into the online
     softmax state ``(m_i, l_i, acc, r_i, f_i)``, which it returns updated. The query is
-    ``q16 * q_scale`` (a scalar power of two): the scores are multiplied by ``q_scale``
-    where they enter the exponent (one fused multiply-add per score) and the running
-    maximum."""
+    ``q16 * q_scale`` (a scalar power of two, a kernel argument): the scores are multiplied
+    by ``q_scale`` where they enter the exponent (one fused multiply-add per score) and the
+    running maximum."""
     ck0, ck1, ck2, ckn, cv0, cv1, cv2, cvs, cvz = tile
     pos = start + tl.arange(0, BLOCK_KV)
     if KEY_FP8:
@@ -127,7 +133,7 @@ def attend_tile(
     visible = row_ok[:, None] & (pos[None, :] < hi) & (pos[None, :] <= row_pos[:, None])
     s = tl.where(visible, s, float("-inf"))
     # q_scale is a positive power of two, so the row maximum commutes with it and
-    # s * q_scale - m is exactly 0 at the maximum
+    # s * q_scale - m is exactly 0 at the maximum, whatever its magnitude
     m_new = tl.maximum(m_i, tl.max(s, axis=1) * q_scale)
     # a row that has seen nothing yet keeps m = -inf; shift by 0 to avoid inf - inf
     m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
