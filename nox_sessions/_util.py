@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -32,6 +33,18 @@ def pkg(name: str) -> str:
 # than that (or a download cut off mid-wheel, as one CI run logged for llvmlite) fails the
 # session. A later try reuses the wheels already in pip's cache.
 INSTALL_RETRY_WAITS = (20, 60, 120)
+
+
+def may_apt(env_switch: str) -> tuple[bool, str]:
+    """Whether a session may install a missing Debian package itself (as root, with apt-get,
+    unless ``$env_switch`` is 0), and if not, why not."""
+    if os.environ.get(env_switch, "1") == "0":
+        return False, f"{env_switch}=0"
+    if not (hasattr(os, "geteuid") and os.geteuid() == 0):
+        return False, "not running as root"
+    if not shutil.which("apt-get"):
+        return False, "no apt-get on this machine"
+    return True, ""
 
 
 def uses_uv(session: nox.Session) -> bool:

@@ -6,7 +6,7 @@
 - ``sycl_stock`` / ``sycl_nightly``: build the SYCL module with stock oneAPI icpx or an
   intel/llvm nightly and run the same tests plus the XPU ones. They skip, saying exactly
   what was looked for, when the compiler or an Intel GPU is missing.
-- ``sycl_headers``: type-checks every source of the SYCL module against the SYCL, ESIMD and
+- ``sycl_headers`` (CI): type-checks every source of the SYCL module against the SYCL, ESIMD and
   joint_matrix headers of the pinned ``intel-sycl-rt`` wheel with a host clang
   (``-fsyntax-only``); see nox_sessions/sycl_headers.py. No SYCL compiler or GPU needed.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 import nox
 
 from . import sycl_headers as sh
-from ._util import ROOT, install, install_core, pkg, pytest, see_host_packages
+from ._util import ROOT, install, install_core, may_apt, pkg, pytest, see_host_packages
 
 SYCL = pkg("tq-sycl")
 TESTS = SYCL + "/tests"
@@ -163,22 +163,32 @@ def _clang_or_install(session: nox.Session) -> tuple[str, int, str]:
     found = sh.find_clang()
     if found:
         return found
-    may_apt = os.environ.get("TQ_SYCL_HEADERS_APT", "1") != "0"
-    if may_apt and hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
+    may, why_not = may_apt("TQ_SYCL_HEADERS_APT")
+    if os.environ.get(sh.CLANG_ENV):
+        may, why_not = False, f"${sh.CLANG_ENV} names the compiler to use"
+    if may:
         env = {"DEBIAN_FRONTEND": "noninteractive"}
         session.log(f"sycl_headers: no clang++ >= {sh.CLANG_MIN} found; installing one with apt-get (as root)")
         session.run("apt-get", "update", external=True, env=env)
         majors = sh.apt_clang_candidates()
-        if majors:
+        if not majors:
+            why_not = f"apt knows no clang-NN package with NN >= {sh.CLANG_MIN}"
+        else:
             pkg_name = f"clang-{majors[0]}"
             session.run("apt-get", "install", "-y", "--no-install-recommends", pkg_name, external=True, env=env)
             found = sh.find_clang()
             if found:
                 return found
+            why_not = f"`apt-get install {pkg_name}` ran, but no clang++ >= {sh.CLANG_MIN} is found after it"
     where = (
-        f"${sh.CLANG_ENV}" if os.environ.get(sh.CLANG_ENV) else f"clang++-NN (NN >= {sh.CLANG_MIN}) and clang++ on PATH"
+        f"${sh.CLANG_ENV} ({os.environ[sh.CLANG_ENV]})"
+        if os.environ.get(sh.CLANG_ENV)
+        else f"clang++-NN (NN >= {sh.CLANG_MIN}) and clang++ on PATH"
     )
-    session.error(f"sycl_headers: no usable clang: looked for {where}. To fix: {sh.install_hint()}")
+    session.error(
+        f"sycl_headers: no clang++ >= {sh.CLANG_MIN} (looked for {where}); not installed automatically: "
+        f"{why_not}. To fix: {sh.install_hint()}. Then run `nox -s sycl_headers` again"
+    )
     raise AssertionError  # session.error raises; this keeps type checkers content
 
 
@@ -197,7 +207,7 @@ print(sysconfig.get_paths()["include"])
 """
 
 
-@nox.session
+@nox.session(tags=["tests"])
 def sycl_headers(session: nox.Session) -> None:
     """Type-check every SYCL module source against intel-sycl-rt's headers with a host clang (-fsyntax-only)."""
     clang, major, version = _clang_or_install(session)

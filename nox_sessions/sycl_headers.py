@@ -115,7 +115,7 @@ def apt_clang_candidates() -> list[int]:
 
 def install_hint() -> str:
     return (
-        f"install clang >= {CLANG_MIN} (Debian/Ubuntu: `apt-get install -y clang-{CLANG_PREFERRED}`, or the "
+        f"install clang >= {CLANG_MIN} (Debian/Ubuntu: `sudo apt-get install clang-{CLANG_PREFERRED}`, or the "
         f"newest clang-NN with NN >= {CLANG_MIN} that `apt-cache search '^clang-[0-9]+$'` lists; "
         f"elsewhere LLVM's packages), or point ${CLANG_ENV} at a clang++"
     )

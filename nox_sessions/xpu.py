@@ -1,11 +1,12 @@
 """Intel xpu sessions.
 
-- ``xpu_compile``: compiles every tq-triton kernel the xpu path launches (store, attention,
-  merge; each preset, head_dim 64/128/256, GQA groups 1/4/8, q buckets 1..16, the Xe2 tuning
-  table's configurations) for an Intel Xe2 target to SPIR-V with Intel's Triton, on a machine
-  without an Intel GPU, and checks that the attention products use DPAS layouts and that no
-  inline assembly reaches the LLVM IR. See packages/tq-triton/src/tq_triton/xpu_compile.py
-  and docs/xpu.md. Nothing is run.
+- ``xpu_compile`` (CI): compiles every tq-triton kernel the xpu path launches (store,
+  attention, merge; each preset, head_dim 64/128/256, GQA groups 1/4/8, q buckets 1..16, the
+  Xe2 tuning table's configurations) for an Intel Xe2 target to SPIR-V with Intel's Triton,
+  on a machine without an Intel GPU, and checks that the attention products use DPAS layouts,
+  that no inline assembly reaches the LLVM IR and that each kernel's shared local memory fits
+  an Xe2 work-group. The compiles run in parallel (``TQ_XPU_COMPILE_JOBS``, default every
+  CPU). See packages/tq-triton/src/tq_triton/xpu_compile.py and docs/xpu.md. Nothing is run.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import nox
 
-from ._util import TORCH_CPU, install, pkg
+from ._util import TORCH_CPU, install, may_apt, pkg
 
 # Triton with Intel's backend (the newest build on PyPI; older than the Triton that current
 # torch XPU wheels bring, see docs/xpu.md) and the SYCL runtime whose headers and libsycl.so
@@ -28,47 +29,58 @@ INTEL_SYCL_RT = "intel-sycl-rt==2026.2.0"
 LEVEL_ZERO_APT = ("libze1", "libze-dev")  # Level Zero loader and headers (the backend's driver.c)
 
 
-def _level_zero_present() -> bool:
+def _level_zero_missing() -> list[str]:
+    """What of Level Zero the backend's driver.c needs is not on this machine."""
     heads = [Path(p) / "level_zero" / "ze_api.h" for p in ("/usr/include", "/usr/local/include")]
-    if not any(h.is_file() for h in heads):
-        return False
+    missing = [] if any(h.is_file() for h in heads) else ["the headers (level_zero/ze_api.h)"]
     try:
         proc = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired):
-        return True  # headers are there; let the compile say what else is missing
-    return "libze_loader.so" in proc.stdout
+        return missing  # no ldconfig to ask; the backend's own build says so if the loader is missing
+    return missing + ([] if "libze_loader.so" in proc.stdout else ["the loader (libze_loader.so)"])
 
 
 def _ensure_level_zero(session: nox.Session) -> None:
-    if _level_zero_present():
+    missing = _level_zero_missing()
+    if not missing:
         return
-    may_apt = os.environ.get("TQ_XPU_APT", "1") != "0"
-    if may_apt and hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
+    may, why_not = may_apt("TQ_XPU_APT")
+    if may:
         env = {"DEBIAN_FRONTEND": "noninteractive"}
         session.log(f"xpu_compile: Level Zero missing; installing {' '.join(LEVEL_ZERO_APT)} with apt-get (as root)")
         session.run("apt-get", "update", external=True, env=env)
         session.run("apt-get", "install", "-y", "--no-install-recommends", *LEVEL_ZERO_APT, external=True, env=env)
-        if _level_zero_present():
+        missing = _level_zero_missing()
+        if not missing:
             return
+        why_not = f"`apt-get install {' '.join(LEVEL_ZERO_APT)}` ran, but they are still missing"
     session.error(
-        "xpu_compile: Level Zero's loader and headers are missing (level_zero/ze_api.h, libze_loader.so). "
-        f"Debian/Ubuntu: `apt-get install {' '.join(LEVEL_ZERO_APT)}`; elsewhere Intel's level-zero packages"
+        f"xpu_compile: Intel's Triton backend needs Level Zero, and {' and '.join(missing)} "
+        f"{'are' if len(missing) > 1 else 'is'} missing; not installed automatically: {why_not}. Install "
+        f"Level Zero's loader and headers: on Debian/Ubuntu `sudo apt-get install {' '.join(LEVEL_ZERO_APT)}`, "
+        "elsewhere your distribution's level-zero loader and development packages. Then run "
+        "`nox -s xpu_compile` again"
     )
 
 
-@nox.session
+@nox.session(tags=["tests"])
 def xpu_compile(session: nox.Session) -> None:
     """tq-triton's kernels compiled for Intel Xe2 to SPIR-V (Intel's Triton 3.3; no GPU, nothing run)."""
     _ensure_level_zero(session)
-    if not shutil.which(os.environ.get("CC", "g++")):
-        session.error("xpu_compile: needs a C++ compiler for the backend's helper modules (g++ or $CC)")
+    cc = os.environ.get("CC", "g++")
+    if not shutil.which(cc):
+        session.error(
+            f"xpu_compile: Intel's Triton backend builds its helper modules (C++ with SYCL headers) with "
+            f"$CC or g++, and {cc!r} is not on PATH. Install g++ (Debian/Ubuntu: `sudo apt-get install g++`) "
+            "or set CC to a C++ compiler"
+        )
     install(session, TORCH_CPU, TRITON_XPU, INTEL_SYCL_RT)
     # tq-triton has no triton dependency; --no-deps keeps pip from touching the Triton above
     install(session, "--no-deps", "-e", pkg("tq-core"), "-e", pkg("tq-triton"))
     install(session, "numpy>=1.24")
     with tempfile.TemporaryDirectory(prefix="tq-xpu-cache-") as cache:
         env = {
-            "CC": os.environ.get("CC", "g++"),  # the backend compiles arch_parser.c/driver.c as C++ (SYCL)
+            "CC": cc,  # the backend compiles arch_parser.c/driver.c as C++ (SYCL)
             "TRITON_CACHE_DIR": cache,  # every run compiles from scratch
         }
         session.env.pop("TRITON_INTERPRET", None)

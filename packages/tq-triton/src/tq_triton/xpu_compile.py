@@ -15,14 +15,18 @@ would pass on an Xe2 card: ``_store_kernel`` (store.py) per preset and head_dim,
 per head_dim. The xpu launch options of the table (``grf_mode``) are passed as the Intel
 backend reads them. Checks: every compile succeeds; every ``tt.dot`` of the attention kernel's
 TTGIR produces a ``#triton_intel_gpu.dpas`` layout; no LLVM inline assembly (cuda-only PTX)
-reaches the LLVM IR. Prints one table row per distinct compile; exits 1 on any failure.
+reaches the LLVM IR; each compile's shared local memory fits an Xe2 work-group (128 KiB).
+The distinct compiles run in a pool of ``--jobs`` processes (default: every CPU,
+``TQ_XPU_COMPILE_JOBS`` overrides); a line per compile is printed as it finishes, then one
+table row per distinct compile in job order. Exits 1 on any failure.
 
-``python -m tq_triton.xpu_compile [--quick] [--only REGEX]``
+``python -m tq_triton.xpu_compile [--quick] [--only REGEX] [--jobs N]``
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import re
 import sys
@@ -30,6 +34,8 @@ import tempfile
 import time
 import traceback
 from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +58,16 @@ XE2_PROPS: dict[str, Any] = {
     "max_num_sub_groups": 64,
 }
 WARP_SIZE = 16  # Triton's threads_per_warp = the sub-group size DPAS runs with on Xe2
+# Shared local memory one work-group may allocate on Xe2: 128 KiB. Intel's compute runtime
+# (github.com/intel/compute-runtime) sets ``maxProgrammableSlmSize = 128`` (KiB) for both Xe2
+# products, Battlemage (shared/source/xe2_hpg_core/hw_info_bmg.cpp) and Lunar Lake
+# (hw_info_lnl.cpp), and reports it as the device's local memory size
+# (shared/source/device/device_caps.cpp: ``localMemSize = maxProgrammableSlmSize * KB``), i.e.
+# CL_DEVICE_LOCAL_MEM_SIZE and SYCL's ``local_mem_size``, the per-work-group limit a launch
+# is checked against. Triton's ``shared`` metadata is that allocation for one program.
+XE2_SLM_BYTES = 128 * 1024
+JOBS_ENV = "TQ_XPU_COMPILE_JOBS"
+MAX_CRASHES = 3  # pool processes that may die in a row before the remaining jobs are given up
 HEAD_DIMS = (64, 128, 256)
 GROUPS = (1, 4, 8)  # q heads per kv head (GQA); G_PAD is the next power of two
 QUERY_LENS = (1, 2, 4, 8, 16)  # one per q bucket q1..q16
@@ -80,8 +96,9 @@ class Job:
 
 
 @dataclass
-class Result:
-    job: Job
+class Compiled:
+    """What one compile reports: plain data, so that it comes back from a pool process."""
+
     seconds: float = 0.0
     error: str = ""
     dots: int = 0
@@ -89,11 +106,37 @@ class Result:
     inline_asm: int = 0
     spirv_bytes: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Result:
+    job: Job
+    out: Compiled = field(default_factory=Compiled)
     labels: list[str] = field(default_factory=list)
 
     @property
+    def slm_ok(self) -> bool:
+        return int(self.out.meta.get("shared") or 0) <= XE2_SLM_BYTES
+
+    @property
+    def dpas_ok(self) -> bool:
+        return not self.job.needs_dpas or self.out.dpas_dots == self.out.dots > 0
+
+    @property
     def ok(self) -> bool:
-        return not self.error and self.inline_asm == 0 and (not self.job.needs_dpas or self.dpas_dots == self.dots > 0)
+        return not self.out.error and self.out.inline_asm == 0 and self.dpas_ok and self.slm_ok
+
+    def why(self) -> str:
+        """Every check this compile failed, one per line ("" when it passed)."""
+        o = self.out
+        if o.error:
+            return o.error
+        why = [f"{o.inline_asm} inline asm call(s) in the LLVM IR"] if o.inline_asm else []
+        if not self.dpas_ok:
+            why.append(f"{o.dpas_dots} of {o.dots} tt.dot results in a #triton_intel_gpu.dpas layout")
+        if not self.slm_ok:
+            why.append(f"shared local memory {o.meta['shared']} bytes > {XE2_SLM_BYTES} (Xe2's per-work-group limit)")
+        return "\n".join(why)
 
 
 def _signature(arg_names: list[str], constexprs: dict[str, Any], types: dict[str, str]) -> dict[str, str]:
@@ -167,7 +210,8 @@ def jobs(quick: bool) -> Iterator[Job]:
                             "Out": f"*{INPUT_DTYPE}",
                             "Partial": "*fp32",
                             "Lse": "*fp32",
-                            "sm_scale": "fp32",
+                            "q_mul": "fp32",
+                            "q_scale": "fp32",
                         }
                         yield Job(
                             "attention",
@@ -203,12 +247,12 @@ def _explain(exc: BaseException) -> str:
     return f"{type(root).__name__}: {root}\n{type(exc).__name__} {where[0] if where else ''}\n{tail}"
 
 
-def compile_one(job: Job) -> Result:
+def compile_one(job: Job) -> Compiled:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    res = Result(job)
+    res = Compiled()
     t0 = time.monotonic()
     try:
         k = triton.compile(
@@ -236,6 +280,34 @@ def compile_one(job: Job) -> Result:
     return res
 
 
+def _setup_env(tuning_dir: str) -> None:
+    """The environment every compile runs in, in this process and in each pool process: Triton
+    compiles for real (no interpreter), and only the shipped tuning tables are read (never a
+    user's measured one), with the tuning cache cleared after the switch."""
+    os.environ.pop("TRITON_INTERPRET", None)
+    os.environ["TQ_TUNING_DIR"] = tuning_dir
+    from . import tuning
+
+    tuning.clear_cache()
+
+
+_POOL_JOBS: list[Job] = []  # a pool process's own copy of jobs(quick), built once
+
+
+def _pool_init(quick: bool, tuning_dir: str) -> None:
+    _setup_env(tuning_dir)
+    # the kernels (JITFunction) do not cross processes: each pool process enumerates the same
+    # jobs and the parent sends an index, checked against the job's key
+    _POOL_JOBS[:] = jobs(quick)
+
+
+def _pool_compile(index: int, key: tuple[Any, ...]) -> Compiled:
+    job = _POOL_JOBS[index]
+    if job.key() != key:
+        raise RuntimeError(f"job {index} differs between processes: {job.kernel} {job.label}")
+    return compile_one(job)
+
+
 GRF = {
     "-cl-intel-256-GRF-per-thread": "large",
     "-cl-intel-128-GRF-per-thread": "small",
@@ -245,72 +317,166 @@ GRF = {
 
 
 def _row(r: Result) -> str:
-    c = r.job.constexprs
+    c, o = r.job.constexprs, r.out
     if r.job.kernel == "attention":
         shape = f"M={c['BLOCK_Q'] * c['G_PAD']:<3} kv={c['BLOCK_KV']:<3}"
     elif r.job.kernel == "store":
         shape = f"T={c['BLOCK_T']:<14}"
     else:
         shape = f"splits={c['NUM_SPLITS']:<9}"
-    if r.error:
+    if o.error:
         stat = "COMPILE FAILED"
     else:
-        grf = GRF.get(r.meta["build_flags"], r.meta["build_flags"])
-        dots = f"{r.dpas_dots}/{r.dots}" if r.dots else "-"
-        regs = r.meta.get("n_regs", "n/a")
+        grf = GRF.get(o.meta["build_flags"], o.meta["build_flags"])
+        dots = f"{o.dpas_dots}/{o.dots}" if o.dots else "-"
+        regs = o.meta.get("n_regs", "n/a")
         stat = (
-            f"grf={grf:<5} warps={r.meta['num_warps']} stages={r.meta['num_stages']} slm={r.meta['shared']:<6}"
-            f" dpas={dots:<4} spv={r.spirv_bytes // 1024:>4}KB regs/spills={regs}"
+            f"grf={grf:<5} warps={o.meta['num_warps']} stages={o.meta['num_stages']} slm={o.meta['shared']:<6}"
+            f" dpas={dots:<4} spv={o.spirv_bytes // 1024:>4}KB regs/spills={regs}"
         )
-        if r.inline_asm:
-            stat += f" INLINE-ASM x{r.inline_asm}"
-        elif r.job.needs_dpas and not r.ok:
+        if o.inline_asm:
+            stat += f" INLINE-ASM x{o.inline_asm}"
+        if not r.dpas_ok:
             stat += " NO-DPAS"
-    first = r.labels[0]
+        if not r.slm_ok:
+            stat += " SLM-OVER-LIMIT"
+    return f"{r.job.kernel:<9} {_labels(r):<44} {shape} {stat} {o.seconds:5.1f}s"
+
+
+def _labels(r: Result) -> str:
     more = f" (+{len(r.labels) - 1})" if len(r.labels) > 1 else ""
-    return f"{r.job.kernel:<9} {first + more:<44} {shape} {stat} {r.seconds:5.1f}s"
+    return r.labels[0] + more
+
+
+def jobs_default() -> int:
+    """$TQ_XPU_COMPILE_JOBS, else every CPU."""
+    raw = os.environ.get(JOBS_ENV, "")
+    if not raw:
+        return os.cpu_count() or 1
+    if not raw.isdigit() or int(raw) < 1:
+        raise SystemExit(f"{JOBS_ENV}={raw!r}: expected a whole number >= 1")
+    return int(raw)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="head_dim 128 and GQA group 4 only")
     ap.add_argument("--only", default="", help="compile only launches whose label matches this regex")
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help=f"compile in this many processes (default: ${JOBS_ENV}, else the number of CPUs)",
+    )
     args = ap.parse_args(argv)
+    if args.jobs is None:
+        args.jobs = jobs_default()
+    if args.jobs < 1:
+        ap.error("--jobs must be >= 1")
     os.environ.pop("TRITON_INTERPRET", None)
     import triton
 
     print(f"triton {triton.__version__}; target xpu {XE2_DEVICE_NAME}, sub-group {WARP_SIZE}; SPIR-V only")
     with tempfile.TemporaryDirectory() as empty:
-        os.environ["TQ_TUNING_DIR"] = empty  # the shipped tables only, never a user's measured one
-        from . import tuning
-
-        tuning.clear_cache()
-        return _run(args)
+        _setup_env(empty)
+        return _run(args, empty)
 
 
-def _run(args: argparse.Namespace) -> int:
-    distinct: dict[tuple[Any, ...], Result] = {}
-    order: list[Result] = []
-    t0 = time.monotonic()
-    for job in jobs(args.quick):
+def _distinct(args: argparse.Namespace) -> list[tuple[int, Result]]:
+    """The launches to compile, merged by key (identical constexprs and options compile once),
+    in job order, each with the index of its first job in ``jobs(args.quick)``."""
+    distinct: dict[tuple[Any, ...], tuple[int, Result]] = {}
+    for index, job in enumerate(jobs(args.quick)):
         if args.only and not re.search(args.only, f"{job.kernel} {job.label}"):
             continue
         key = job.key()
-        if key in distinct:
-            distinct[key].labels.append(job.label)
-            continue
-        res = compile_one(job)
-        res.labels.append(job.label)
-        distinct[key] = res
-        order.append(res)
-        print(_row(res), flush=True)
+        if key not in distinct:
+            distinct[key] = (index, Result(job))
+        distinct[key][1].labels.append(job.label)
+    return list(distinct.values())
+
+
+def _compile_all(todo: list[tuple[int, Result]], args: argparse.Namespace, tuning_dir: str) -> None:
+    """Fills each Result's ``out``, printing a line as each compile finishes."""
+    width = len(str(len(todo)))
+    done = 0
+
+    def finished(r: Result) -> None:
+        nonlocal done
+        done += 1
+        stat = "ok" if r.ok else "FAILED: " + r.why().splitlines()[0][:160]
+        print(
+            f"[{done:>{width}}/{len(todo)}] {r.job.kernel:<9} {_labels(r):<44} {r.out.seconds:5.1f}s {stat}", flush=True
+        )
+
+    workers = min(args.jobs, len(todo))
+    if workers <= 1:
+        for _, r in todo:
+            r.out = compile_one(r.job)
+            finished(r)
+        return
+    # "spawn": each pool process starts a fresh interpreter (no forked copy of a parent that
+    # has already loaded Triton, LLVM and torch) and is set up by _pool_init like main()
+    ctx = multiprocessing.get_context("spawn")
+    setup = dict(mp_context=ctx, initializer=_pool_init, initargs=(args.quick, tuning_dir))
+    retry: list[tuple[int, Result]] = []
+    with ProcessPoolExecutor(workers, **setup) as pool:
+        futs: dict[Future[Compiled], tuple[int, Result]] = {
+            pool.submit(_pool_compile, index, r.job.key()): (index, r) for index, r in todo
+        }
+        for fut in as_completed(futs):
+            index, r = futs[fut]
+            try:
+                r.out = fut.result()
+            except BrokenProcessPool:
+                retry.append((index, r))  # a process died (e.g. LLVM aborted): this or another job
+                continue
+            except Exception as exc:  # raised outside compile_one's own error capture
+                r.out = Compiled(error=f"pool process failed: {_explain(exc)}")
+            finished(r)
+    # a dead process takes the whole pool down with it: the jobs it left unfinished run one
+    # process each, so that the one that kills its process is named and the others still pass;
+    # after MAX_CRASHES deaths in a row (a process that cannot even start) the rest are not tried
+    crashes = 0
+    for index, r in sorted(retry, key=lambda ir: ir[0]):
+        if crashes >= MAX_CRASHES:
+            r.out = Compiled(error=f"not compiled: the last {crashes} pool processes died")
+        else:
+            with ProcessPoolExecutor(1, **setup) as one:
+                try:
+                    r.out = one.submit(_pool_compile, index, r.job.key()).result()
+                    crashes = 0
+                except BrokenProcessPool as exc:
+                    crashes += 1
+                    r.out = Compiled(error=f"the compile killed its process (a crash inside Triton/LLVM): {exc}")
+                except Exception as exc:
+                    r.out = Compiled(error=f"pool process failed: {_explain(exc)}")
+        finished(r)
+
+
+def _run(args: argparse.Namespace, tuning_dir: str) -> int:
+    t0 = time.monotonic()
+    todo = _distinct(args)
+    if not todo:
+        print(f"no launch matches --only {args.only!r}", file=sys.stderr)
+        return 1
+    workers = min(args.jobs, len(todo))
+    print(f"{len(todo)} distinct compiles, {workers} process{'es' if workers > 1 else ''}", flush=True)
+    _compile_all(todo, args, tuning_dir)
+    order = [r for _, r in todo]
+    print()
+    for r in order:
+        print(_row(r))
     bad = [r for r in order if not r.ok]
     launches = sum(len(r.labels) for r in order)
-    print(f"\n{len(order)} distinct compiles for {launches} launch configurations in {time.monotonic() - t0:.0f}s")
+    slm = max((int(r.out.meta.get("shared") or 0) for r in order), default=0)
+    print(
+        f"\n{len(order)} distinct compiles for {launches} launch configurations in {time.monotonic() - t0:.0f}s"
+        f" ({workers} process{'es' if workers > 1 else ''}); largest shared local memory {slm} of"
+        f" {XE2_SLM_BYTES} bytes"
+    )
     for r in bad:
-        why = r.error or (f"{r.inline_asm} inline asm call(s) in the LLVM IR" if r.inline_asm else "")
-        why = why or f"{r.dpas_dots} of {r.dots} tt.dot results in a #triton_intel_gpu.dpas layout"
-        print(f"\nFAILED {r.job.kernel} {', '.join(r.labels)}:\n{why}", file=sys.stderr)
+        print(f"\nFAILED {r.job.kernel} {', '.join(r.labels)}:\n{r.why()}", file=sys.stderr)
     if bad:
         print(f"{len(bad)} of {len(order)} compiles failed their checks", file=sys.stderr)
         return 1
