@@ -27,7 +27,7 @@ def query_scaling(scale: float) -> tuple[float, float]:
     """``(q_mul, q_scale)`` for the attention kernel: the fp16 product sees the query times
     ``q_mul = scale * log2(e) / q_scale`` and the scores are multiplied back by
     ``q_scale``, a power of two, so that both products are exact in float32. ``q_scale``
-    is ``2^8`` for scales up to ``1 / log2(e)`` and grows with larger scales (up to 2^126),
+    is ``2^8`` for scales below ``1 / log2(e)`` and grows with larger scales (up to 2^126),
     so any finite ``scale`` keeps the query's ordinary range. Host arithmetic only: the
     kernel reads both as launch arguments."""
     s = float(scale) * LOG2E
