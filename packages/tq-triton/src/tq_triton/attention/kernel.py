@@ -75,11 +75,14 @@ def attention_kernel(
     PREFETCH: tl.constexpr,
     LOOP_STAGES: tl.constexpr,
     VALUE_ACC: tl.constexpr,
+    SATURATE_QUERY: tl.constexpr,
 ):
     """``PREFETCH``: issue each tile's loads one iteration ahead of its decoding (and its
     block ids two ahead), by hand; the loop then carries no ``num_stages`` of its own
     (``LOOP_STAGES`` is None). Otherwise a tile is loaded in the iteration that decodes it
-    and Triton's pipeliner stages the loads over ``LOOP_STAGES`` stages."""
+    and Triton's pipeliner stages the loads over ``LOOP_STAGES`` stages.
+    ``SATURATE_QUERY``: clamp the scaled query to ±65504 before its round-toward-zero
+    fp16 cast; False where that cast saturates by itself (see ``launch.cast_saturates``)."""
     r = tl.program_id(0)
     h = tl.program_id(1)
     split = tl.program_id(2)
@@ -119,14 +122,18 @@ def attention_kernel(
         ).to(tl.float32)
         # The fp16 product sees the query times q_mul = scale * log2(e) / q_scale; the
         # scores are multiplied back by q_scale (a power of two chosen by the launcher, see
-        # launch.query_scaling) where they enter the exponent. Finite elements beyond fp16's
-        # range saturate at ±65504; NaN and ±inf pass, so that only their own row is NaN.
+        # launch.query_scaling) where they enter the exponent. The cast rounds toward zero,
+        # so finite elements beyond fp16's range saturate at ±65504 (IEEE 754 overflow
+        # under that rounding); NaN and ±inf pass, so that only their own row is NaN.
         if KEY_FP8:
             q = q * q_mul
         else:
             q = fwht_rows(q, BLOCK_M, D, LOG2_D) * (q_mul / tl.sqrt(D * 1.0))
-        q_sat = tl.minimum(tl.maximum(q, -65504.0), 65504.0)
-        q16 = tl.where(tl.abs(q) < float("inf"), q_sat, q).to(tl.float16)
+        if SATURATE_QUERY:
+            # the same saturation by hand, where the cast is not known to saturate
+            q_sat = tl.minimum(tl.maximum(q, -65504.0), 65504.0)
+            q = tl.where(tl.abs(q) < float("inf"), q_sat, q)
+        q16 = q.to(tl.float16, fp_downcast_rounding="rtz")
 
         m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
         l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)

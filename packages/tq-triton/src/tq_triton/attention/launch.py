@@ -10,7 +10,7 @@ import torch
 from tq_core import Preset, RangeError, ShapeError
 from tq_core.contract import check_attention_args, debug_enabled
 
-from ..device import check_runnable
+from ..device import check_runnable, interpreter_active
 from ..device_tensors import codebook, dummy
 from ..tuning import AttentionConfig, launch_options, register_cap
 from .kernel import attention_kernel, merge_kernel
@@ -35,6 +35,21 @@ def query_scaling(scale: float) -> tuple[float, float]:
     k = min(max(exp, 0) + QUERY_HEADROOM_LOG2, 126)
     q_scale = math.ldexp(1.0, k)
     return s / q_scale, q_scale
+
+
+# The kernel rounds the scaled query toward zero into fp16, which shrinks an element by half
+# a unit in its last place on average: 2^-11 / m of its magnitude for mantissa m in [1, 2),
+# 2^-12 / ln 2 averaged over log-uniform mantissas. q_mul is that much larger, so that the
+# scores carry no systematic bias.
+RTZ_UNBIAS = 1.0 + 2.0**-12 / math.log(2.0)
+
+
+def cast_saturates(device: torch.device) -> bool:
+    """Whether the attention kernel's round-toward-zero fp32 -> fp16 cast saturates finite
+    values at ±65504 by itself, as IEEE 754 prescribes for that rounding: true for NVIDIA
+    GPUs (``cvt.rz.f16.f32``). Elsewhere the kernel clamps the query first: the Triton
+    interpreter's cast overflows to NaN, and on xpu the cast was compiled but never run."""
+    return device.type == "cuda" and torch.version.hip is None and not interpreter_active()
 
 
 def attention(
@@ -83,9 +98,10 @@ def attention(
 
     Numerics: the query enters an fp16 matrix product, scaled by powers of two chosen from
     ``scale`` alone (:func:`query_scaling`), so any finite ``scale`` and queries up to
-    ``65504 * 2^8`` per element of ``scale * log2(e) * query`` (rotated, for Lloyd-Max
-    keys) are computed as tq_core does, up to fp16 rounding. Larger finite elements
-    saturate: the result stays finite but differs from tq_core's. A NaN or ±inf query
+    about ``65504 * 2^8`` per element of ``scale * log2(e) * query`` (rotated, for
+    Lloyd-Max keys) are computed as tq_core does, up to fp16 rounding (toward zero, with
+    its mean bias compensated: ``RTZ_UNBIAS``). Larger finite elements saturate: the
+    result stays finite but differs from tq_core's. A NaN or ±inf query
     element makes its own (row, q head) NaN and nothing else.
     """
     args = check_attention_args(
@@ -131,7 +147,7 @@ def attention(
         out,
         partial,
         lse,
-        *query_scaling(scale),
+        *_kernel_query_scaling(scale),
         nq,
         kv_cache.shape[0] - 1,
         block_table.shape[1] * kv_cache.shape[1],
@@ -144,7 +160,9 @@ def attention(
         block_table.stride(1),
         seq_lens.stride(0),
         query_start_loc.stride(0),
-        **kernel_constexprs(p, args.fields.constexprs(), cfg, group, hq, splits, block_q),
+        **kernel_constexprs(
+            p, args.fields.constexprs(), cfg, group, hq, splits, block_q, saturate_query=not cast_saturates(dev)
+        ),
         num_warps=cfg.num_warps,
         **launch_options(dev),
         **register_cap(dev, cfg.max_registers),
@@ -176,10 +194,13 @@ def kernel_constexprs(
     num_q_heads: int,
     splits: int,
     block_q: int,
+    *,
+    saturate_query: bool = True,
 ) -> dict[str, object]:
     """The attention kernel's compile-time arguments for one launch: the launcher passes
     them, and ``tq_triton.xpu_compile`` compiles exactly these. ``fields``:
-    ``KernelFields.constexprs()`` of the cache layout."""
+    ``KernelFields.constexprs()`` of the cache layout; ``saturate_query``: not
+    :func:`cast_saturates` for the launch's device."""
     return dict(
         G=group,
         G_PAD=next_pow2(group),
@@ -193,7 +214,14 @@ def kernel_constexprs(
         # the prefetch mode stages loads by hand: its loop carries no num_stages
         LOOP_STAGES=None if cfg.prefetch else cfg.num_stages,
         VALUE_ACC=cfg.value_acc,
+        SATURATE_QUERY=saturate_query,
     )
+
+
+def _kernel_query_scaling(scale: float) -> tuple[float, float]:
+    """:func:`query_scaling` with q_mul compensated for the cast's rounding toward zero."""
+    q_mul, q_scale = query_scaling(scale)
+    return q_mul * RTZ_UNBIAS, q_scale
 
 
 def _check_hints(max_query_len: object, num_kv_splits: object) -> tuple[int | None, int | None]:
