@@ -8,6 +8,8 @@ import torch
 
 from tq_core import Preset, key_codebook
 
+from .key_lut import lut_words
+
 
 @functools.cache
 def codebook(preset: Preset, head_dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -23,3 +25,9 @@ def codebook(preset: Preset, head_dim: int, device: torch.device) -> tuple[torch
 def dummy(device: torch.device) -> torch.Tensor:
     """A placeholder pointer argument for kernels specialised not to read it."""
     return torch.zeros(1, dtype=torch.float32, device=device)
+
+
+@functools.cache
+def lut_table(preset: Preset, head_dim: int, device: torch.device) -> torch.Tensor:
+    """The register table of the fp16 codebook (``key_lut.lut_words``) on ``device``."""
+    return lut_words(codebook(preset, head_dim, torch.device("cpu"))[2]).to(device)

@@ -45,6 +45,11 @@ class AttentionConfig:
     # 1: the value product accumulates into the running output (one rescale per row, inside
     # the matrix unit); 0: each tile's product is scaled and added in a separate pass
     value_acc: int = 1
+    # 3-bit codebook keys (other presets ignore it): 1 looks the centroids up in a register
+    # table (key_lut.py) where the device has a byte permute (NVIDIA GPUs), and gathers them
+    # from memory elsewhere; 2 uses the table everywhere (emulated with integer operations
+    # where there is no byte permute: the interpreter; on xpu never timed); 0 always gathers
+    key_lut: int = 1
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,7 @@ _LIMITS: dict[str, tuple[int, int, bool]] = {
     "prefetch": (0, 1, False),
     "max_registers": (0, 255, False),
     "value_acc": (0, 1, False),
+    "key_lut": (0, 2, False),
 }
 ENV_OVERRIDES = {
     "TQ_BLOCK_KV": "block_kv",
@@ -75,6 +81,7 @@ ENV_OVERRIDES = {
     "TQ_PREFETCH": "prefetch",
     "TQ_MAX_REGISTERS": "max_registers",
     "TQ_VALUE_ACC": "value_acc",
+    "TQ_KEY_LUT": "key_lut",
 }
 
 

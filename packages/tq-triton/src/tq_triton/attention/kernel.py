@@ -76,13 +76,15 @@ def attention_kernel(
     LOOP_STAGES: tl.constexpr,
     VALUE_ACC: tl.constexpr,
     SATURATE_QUERY: tl.constexpr,
+    KEY_LUT: tl.constexpr = 0,
 ):
     """``PREFETCH``: issue each tile's loads one iteration ahead of its decoding (and its
     block ids two ahead), by hand; the loop then carries no ``num_stages`` of its own
     (``LOOP_STAGES`` is None). Otherwise a tile is loaded in the iteration that decodes it
     and Triton's pipeliner stages the loads over ``LOOP_STAGES`` stages.
     ``SATURATE_QUERY``: clamp the scaled query to ±65504 before its round-toward-zero
-    fp16 cast; False where that cast saturates by itself (see ``launch.cast_saturates``)."""
+    fp16 cast; False where that cast saturates by itself (see ``launch.cast_saturates``).
+    ``KEY_LUT``: see ``tile.attend_tile`` (``Centroids`` is then the register table)."""
     r = tl.program_id(0)
     h = tl.program_id(1)
     split = tl.program_id(2)
@@ -221,6 +223,7 @@ def attention_kernel(
                 VBITS=VBITS,
                 NORM_CORRECTION=NORM_CORRECTION,
                 VALUE_ACC=VALUE_ACC,
+                KEY_LUT=KEY_LUT,
             )
 
         o = (acc * f_i + r_i[:, None]) / tl.where(l_i > 0, l_i, 1.0)[:, None]

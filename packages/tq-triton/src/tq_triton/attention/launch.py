@@ -11,7 +11,7 @@ from tq_core import Preset, RangeError, ShapeError
 from tq_core.contract import check_attention_args, debug_enabled
 
 from ..device import check_runnable, interpreter_active
-from ..device_tensors import codebook, dummy
+from ..device_tensors import codebook, dummy, lut_table
 from ..tuning import AttentionConfig, launch_options, register_cap
 from .kernel import attention_kernel, merge_kernel
 from .plan import MAX_BLOCK_M, longest_query, next_pow2, plan_block_q, plan_config, plan_splits
@@ -49,6 +49,11 @@ def cast_saturates(device: torch.device) -> bool:
     values at ±65504 by itself, as IEEE 754 prescribes for that rounding: true for NVIDIA
     GPUs (``cvt.rz.f16.f32``). Elsewhere the kernel clamps the query first: the Triton
     interpreter's cast overflows to NaN, and on xpu the cast was compiled but never run."""
+    return _nvidia(device)
+
+
+def _nvidia(device: torch.device) -> bool:
+    """An NVIDIA GPU running compiled kernels (not the interpreter, not ROCm)."""
     return device.type == "cuda" and torch.version.hip is None and not interpreter_active()
 
 
@@ -129,7 +134,13 @@ def attention(
     cfg = config or plan_config(query.device, p.name, longest)
     splits = num_kv_splits if num_kv_splits is not None else plan_splits(cfg, query.device, args.num_reqs, hk)
     dev = query.device
-    cent = dummy(dev) if p.key_is_fp8 else codebook(p, d, dev)[2]
+    key_lut = key_lut_mode(p, cfg, dev)
+    if p.key_is_fp8:
+        cent = dummy(dev)
+    elif key_lut:
+        cent = lut_table(p, d, dev)
+    else:
+        cent = codebook(p, d, dev)[2]
     if splits > 1:
         # per call from torch's caching allocator: no host sync, safe under CUDA-graph
         # capture, and never shared by calls on other threads or streams
@@ -161,7 +172,15 @@ def attention(
         seq_lens.stride(0),
         query_start_loc.stride(0),
         **kernel_constexprs(
-            p, args.fields.constexprs(), cfg, group, hq, splits, block_q, saturate_query=not cast_saturates(dev)
+            p,
+            args.fields.constexprs(),
+            cfg,
+            group,
+            hq,
+            splits,
+            block_q,
+            saturate_query=not cast_saturates(dev),
+            key_lut=key_lut,
         ),
         num_warps=cfg.num_warps,
         **launch_options(dev),
@@ -196,11 +215,12 @@ def kernel_constexprs(
     block_q: int,
     *,
     saturate_query: bool = True,
+    key_lut: int = 0,
 ) -> dict[str, object]:
     """The attention kernel's compile-time arguments for one launch: the launcher passes
     them, and ``tq_triton.xpu_compile`` compiles exactly these. ``fields``:
     ``KernelFields.constexprs()`` of the cache layout; ``saturate_query``: not
-    :func:`cast_saturates` for the launch's device."""
+    :func:`cast_saturates` for the launch's device; ``key_lut``: :func:`key_lut_mode`."""
     return dict(
         G=group,
         G_PAD=next_pow2(group),
@@ -215,7 +235,20 @@ def kernel_constexprs(
         LOOP_STAGES=None if cfg.prefetch else cfg.num_stages,
         VALUE_ACC=cfg.value_acc,
         SATURATE_QUERY=saturate_query,
+        KEY_LUT=key_lut,
     )
+
+
+def key_lut_mode(preset: Preset, cfg: AttentionConfig, device: torch.device) -> int:
+    """The kernel's ``KEY_LUT`` for 3-bit codebook keys (0 for other presets): 1, PTX byte
+    permutes, on NVIDIA GPUs when ``cfg.key_lut`` is 1 or 2; 2, the same table in Triton
+    integer operations, elsewhere when ``cfg.key_lut`` is 2; else 0 (centroids gathered
+    from memory)."""
+    if not cfg.key_lut or preset.key_is_fp8 or preset.key_bits != 3:
+        return 0
+    if _nvidia(device):
+        return 1
+    return 2 if cfg.key_lut == 2 else 0
 
 
 def _kernel_query_scaling(scale: float) -> tuple[float, float]:

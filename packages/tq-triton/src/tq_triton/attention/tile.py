@@ -23,6 +23,7 @@ import triton.language as tl
 from ..bitpack import load_words, unpack
 from ..cache_fields import FP16_BYTES, field_ptr
 from ..codebook_decode import codebook_keys
+from ..key_lut import lut_keys
 
 
 @triton.jit
@@ -105,19 +106,25 @@ def attend_tile(
     VBITS: tl.constexpr,
     NORM_CORRECTION: tl.constexpr,
     VALUE_ACC: tl.constexpr,
+    KEY_LUT: tl.constexpr = 0,
 ):
     """Decode one loaded tile (:func:`load_tile`'s tuple) and fold it into the online
     softmax state ``(m_i, l_i, acc, r_i, f_i)``, which it returns updated. The query is
     ``q16 * q_scale`` (a scalar power of two, a kernel argument): the scores are multiplied
     by ``q_scale`` where they enter the exponent (one fused multiply-add per score) and the
-    running maximum."""
+    running maximum. ``KEY_LUT`` (3-bit codebook keys only): 0 gathers the centroids from
+    ``Centroids`` (the fp16 codebook); 1 and 2 look them up in a register table
+    (``Centroids`` is then ``key_lut.lut_words``' table), 1 through PTX (cuda), 2 emulated."""
     ck0, ck1, ck2, ckn, cv0, cv1, cv2, cvs, cvz = tile
     pos = start + tl.arange(0, BLOCK_KV)
     if KEY_FP8:
         k16 = ck0.to(tl.float8e4nv, bitcast=True).to(tl.float16)
         s = tl.dot(q16, tl.trans(k16))
     else:
-        k16, cn2 = codebook_keys(ck0, ck1, ck2, Centroids, KBITS, BLOCK_KV, D)
+        if KEY_LUT:
+            k16, cn2 = lut_keys(ck0, ck1, ck2, Centroids, BLOCK_KV, D, KEY_LUT == 1)
+        else:
+            k16, cn2 = codebook_keys(ck0, ck1, ck2, Centroids, KBITS, BLOCK_KV, D)
         if q16.shape[0] >= 64:
             # no-op for the result (masked tokens' scores are discarded below); it pins the
             # tile's layout: without it Triton 3.6 moves the dot operand's shared-memory

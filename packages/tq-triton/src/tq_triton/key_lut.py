@@ -1,0 +1,154 @@
+"""3-bit codebook keys looked up in a register table (``key_lut``, experimental, off by default).
+
+The 8 fp16 centroids of a 3-bit codebook are 16 bytes: their low bytes fill two 32-bit
+words and their high bytes two more (:func:`lut_words`). A byte permute (PTX ``prmt``)
+picks 4 of the 8 bytes of a word pair by 4 selector nibbles, so four codes spread to
+nibbles give four centroids' low bytes in one instruction, their high bytes in a second,
+and two more permutes interleave them into two fp16 pairs: about one instruction per key
+element, where gathering each centroid from memory costs a load and a 64-bit address.
+
+A token's 3-bit codes are a little-endian bit stream (``bitpack``); four consecutive codes
+are 12 bits, 8 groups per 32-code chunk of 3 words. The selectors of the 8 groups are
+assembled by a ``tl.join`` tree first, so that the 4 centroids of every group come out in
+position order from one elementwise lookup.
+
+``NATIVE`` 1 uses ``prmt`` through inline PTX (cuda only); 0 computes the same bytes with
+Triton integer operations (the interpreter, and any device without that instruction), so
+that everything but the PTX itself is tested on the CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+# The PTX of one lookup: $5 selectors, $6/$7 low-byte words, $8/$9 high-byte words; out:
+# the four centroids ($0..$3) and the float32 sum of their squares ($4), the squares summed
+# in pairs as fp16x2 (two terms per half, so rounding stays far below the fp16 key's own).
+_LUT_PTX = tl.constexpr(
+    """{
+.reg .b32 l, h, a, b, q;
+.reg .b16 q0, q1;
+.reg .f32 f0, f1;
+prmt.b32 l, $6, $7, $5;
+prmt.b32 h, $8, $9, $5;
+prmt.b32 a, l, h, 0x5140;
+prmt.b32 b, l, h, 0x7362;
+mov.b32 {$0, $1}, a;
+mov.b32 {$2, $3}, b;
+mul.rn.f16x2 q, a, a;
+fma.rn.f16x2 q, b, b, q;
+mov.b32 {q0, q1}, q;
+cvt.f32.f16 f0, q0;
+cvt.f32.f16 f1, q1;
+add.f32 $4, f0, f1;
+}"""
+)
+
+
+def lut_words(centroids_fp16: torch.Tensor) -> torch.Tensor:
+    """The register table of an 8-entry fp16 codebook: int32 ``[4]`` = (low bytes of
+    centroids 0-3, of 4-7, high bytes of 0-3, of 4-7), byte ``i`` of a word holding
+    centroid ``i`` (mod 4)."""
+    if centroids_fp16.numel() != 8 or centroids_fp16.dtype != torch.float16:
+        got = f"{centroids_fp16.dtype} {tuple(centroids_fp16.shape)}"
+        raise ValueError(f"lut_words: expected 8 fp16 centroids, got {got}")
+    bits = centroids_fp16.detach().cpu().view(torch.int16).to(torch.int64) & 0xFFFF
+    lo, hi = bits & 0xFF, bits >> 8
+    words = []
+    for table in (lo[:4], lo[4:], hi[:4], hi[4:]):
+        w = sum(int(b) << (8 * i) for i, b in enumerate(table.tolist()))
+        words.append(w - (1 << 32) if w >= 1 << 31 else w)
+    return torch.tensor(words, dtype=torch.int32, device=centroids_fp16.device)
+
+
+@triton.jit
+def _byte_pick(lo, hi, nib):
+    """Byte ``nib`` (0..7) of the 8 bytes ``lo`` (0-3), ``hi`` (4-7): uint32, in bits 0-7."""
+    w = tl.where(nib < 4, lo, hi)
+    return (w >> ((nib & 3) * 8)) & 0xFF
+
+
+@triton.jit
+def _fp16_of(lo_byte, hi_byte):
+    return (lo_byte | (hi_byte << 8)).to(tl.uint16).to(tl.float16, bitcast=True)
+
+
+@triton.jit
+def _lookup4(sel, la, lb, ha, hb, NATIVE: tl.constexpr):
+    """The centroids of the four codes whose selector nibbles are in ``sel`` (uint32, bits
+    0-15, each nibble 0..7), in nibble order, and the float32 sum of their squares."""
+    if NATIVE:
+        z = sel * 0
+        c0, c1, c2, c3, sq = tl.inline_asm_elementwise(
+            _LUT_PTX,
+            "=h,=h,=h,=h,=f,r,r,r,r,r",
+            [sel, z + la, z + lb, z + ha, z + hb],
+            dtype=(tl.float16, tl.float16, tl.float16, tl.float16, tl.float32),
+            is_pure=True,
+            pack=1,
+        )
+    else:
+        n0 = sel & 15
+        n1 = (sel >> 4) & 15
+        n2 = (sel >> 8) & 15
+        n3 = (sel >> 12) & 15
+        c0 = _fp16_of(_byte_pick(la, lb, n0), _byte_pick(ha, hb, n0))
+        c1 = _fp16_of(_byte_pick(la, lb, n1), _byte_pick(ha, hb, n1))
+        c2 = _fp16_of(_byte_pick(la, lb, n2), _byte_pick(ha, hb, n2))
+        c3 = _fp16_of(_byte_pick(la, lb, n3), _byte_pick(ha, hb, n3))
+        f0 = c0.to(tl.float32)
+        f1 = c1.to(tl.float32)
+        f2 = c2.to(tl.float32)
+        f3 = c3.to(tl.float32)
+        sq = (f0 * f0 + f2 * f2) + (f1 * f1 + f3 * f3)
+    return c0, c1, c2, c3, sq
+
+
+@triton.jit
+def group_selectors(w0, w1, w2, G: tl.constexpr):
+    """Selector nibbles of codes ``4G .. 4G+3`` of a 3-bit chunk (words ``w0, w1, w2``,
+    uint32): the group's 12 stream bits ``12G .. 12G+11``, each code moved to its own nibble."""
+    S: tl.constexpr = (12 * G) % 32
+    if G < 2:
+        x = w0 >> S
+    elif G == 2:
+        x = (w0 >> 24) | (w1 << 8)  # bits 24..35 straddle w0 and w1
+    elif G < 5:
+        x = w1 >> S
+    elif G == 5:
+        x = (w1 >> 28) | (w2 << 4)  # bits 60..71 straddle w1 and w2
+    else:
+        x = w2 >> S
+    # two spreading steps: code pairs to bytes, then codes to nibbles
+    t = (x & 0x3F) | ((x << 2) & 0x3F00)
+    return (t & 0x0707) | ((t << 1) & 0x7070)
+
+
+@triton.jit
+def _sel1(w0, w1, w2, G: tl.constexpr, STEP: tl.constexpr):
+    return tl.join(group_selectors(w0, w1, w2, G), group_selectors(w0, w1, w2, G + STEP))
+
+
+@triton.jit
+def _sel2(w0, w1, w2, G: tl.constexpr, STEP: tl.constexpr):
+    return tl.join(_sel1(w0, w1, w2, G, 2 * STEP), _sel1(w0, w1, w2, G + STEP, 2 * STEP))
+
+
+@triton.jit
+def lut_keys(w0, w1, w2, Lut, T: tl.constexpr, D: tl.constexpr, NATIVE: tl.constexpr):
+    """fp16 centroids ``[T, D]`` of a 3-bit key tile and each token's squared centroid
+    norm ``[T]``, as ``codebook_decode.codebook_keys`` returns them. ``w0, w1, w2``: the
+    chunk words ``[T, D // 32]``; ``Lut``: int32 pointer to :func:`lut_words`' table."""
+    Lut = Lut.to(tl.pointer_type(tl.int32))
+    la = tl.load(Lut).to(tl.uint32, bitcast=True)
+    lb = tl.load(Lut + 1).to(tl.uint32, bitcast=True)
+    ha = tl.load(Lut + 2).to(tl.uint32, bitcast=True)
+    hb = tl.load(Lut + 3).to(tl.uint32, bitcast=True)
+    # [T, D // 32, 2, 2, 2]: the group index's highest bit first, so groups flatten in order
+    sel = tl.join(_sel2(w0, w1, w2, 0, 2), _sel2(w0, w1, w2, 1, 2))
+    c0, c1, c2, c3, sq = _lookup4(sel, la, lb, ha, hb, NATIVE)
+    # positions 4G + 2k + m: join(join(c0, c2), join(c1, c3)) flattens to c0, c1, c2, c3
+    k16 = tl.join(tl.join(c0, c2), tl.join(c1, c3)).reshape(T, D)
+    return k16, tl.sum(sq.reshape(T, D // 4), axis=1)
