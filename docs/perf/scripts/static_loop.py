@@ -58,6 +58,10 @@ def compile_kernel(args: argparse.Namespace):
         # as the launcher passes it: the prefetch mode stages loads by hand, without num_stages
         LOOP_STAGES=None if args.prefetch else args.stages,
         VALUE_ACC=args.value_acc,
+        # as the launcher passes them on an NVIDIA GPU (attention/launch.py)
+        SATURATE_QUERY=False,
+        KEY_LUT=args.key_lut if not p.key_is_fp8 and p.key_bits == 3 else 0,
+        VALUE_WORDS=bool(args.value_words) and p.value_bits == 4,
     )
     types = {
         "Q": "*bf16",
@@ -65,7 +69,7 @@ def compile_kernel(args: argparse.Namespace):
         "BlockTable": "*i32",
         "SeqLens": "*i32",
         "QueryStart": "*i32",
-        "Centroids": "*fp32" if p.key_is_fp8 else "*fp16",
+        "Centroids": "*fp32" if p.key_is_fp8 else ("*i32" if args.key_lut else "*fp16"),
         "Out": "*bf16",
         "Partial": "*fp32",
         "Lse": "*fp32",
@@ -155,6 +159,8 @@ def main() -> None:
     ap.add_argument("--prefetch", type=int, default=1)
     ap.add_argument("--stages", type=int, default=1)
     ap.add_argument("--value-acc", type=int, default=1, choices=(0, 1))
+    ap.add_argument("--key-lut", type=int, default=1, choices=(0, 1), help="3-bit keys: 1 register table (PTX)")
+    ap.add_argument("--value-words", type=int, default=0, choices=(0, 1))
     ap.add_argument("--splits", type=int, default=33)
     ap.add_argument("--max-registers", type=int, default=0)
     ap.add_argument("--top", type=int, default=25)

@@ -175,6 +175,9 @@ def test_sweep_grid_varies_waves_only_where_they_choose_the_splits():
     assert {c.waves for c in grid if c.kv_splits == 0} == {16, 64}
     assert {c.waves for c in grid if c.kv_splits == 32} == {tuning.AttentionConfig.waves}
     assert len(set(grid)) == len(grid)
+    knobs = attention_grid([32], [1], [(1, 1)], [32], [0], [16], None, [0, 1, 2], [0, 1])
+    assert {(c.key_lut, c.value_words) for c in knobs} == {(k, v) for k in (0, 1, 2) for v in (0, 1)}
+    assert {c.key_lut for c in grid} == {tuning.AttentionConfig.key_lut}
 
 
 @pytest.mark.parametrize("kv_splits", [0, 32])
@@ -190,6 +193,8 @@ def test_sweep_entry_reads_back_as_the_measured_config(kv_splits):
         prefetch=0,
         max_registers=128,
         value_acc=0,
+        key_lut=2,
+        value_words=1,
     )
     entry = table_entry(cfg, 1.234567891)
     assert entry["ms"] == 1.23457
@@ -250,7 +255,7 @@ def test_shipped_tables_hold_only_what_the_loader_reads(name):
 @pytest.mark.parametrize(
     ("device_name", "preset", "q_len", "want"),
     [
-        ("NVIDIA H200", "turboquant_k3v4_nc", 1, {"block_kv": 32, "num_warps": 1, "waves": 64, "value_acc": 0}),
+        ("NVIDIA H200", "turboquant_k3v4_nc", 1, {"block_kv": 32, "num_warps": 1, "value_acc": 1, "value_words": 1}),
         ("NVIDIA H200", "turboquant_k8v4", 1, {"num_stages": 3, "prefetch": 0, "max_registers": 168}),
         ("NVIDIA H200", "turboquant_4bit_nc", 8, {"block_kv": 64, "num_warps": 4, "kv_splits": 32}),
         ("Intel(R) Arc(TM) B580 Graphics", "turboquant_k8v4", 8, {"block_kv": 32, "prefetch": 0, "waves": 2}),

@@ -50,6 +50,9 @@ class AttentionConfig:
     # from memory elsewhere; 2 uses the table everywhere (emulated with integer operations
     # where there is no byte permute: the interpreter; on xpu never timed); 0 always gathers
     key_lut: int = 1
+    # experimental: 1 decodes 4-bit value codes two per 32-bit operation (value_words.py);
+    # presets with 3-bit values ignore it
+    value_words: int = 0
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ _LIMITS: dict[str, tuple[int, int, bool]] = {
     "max_registers": (0, 255, False),
     "value_acc": (0, 1, False),
     "key_lut": (0, 2, False),
+    "value_words": (0, 1, False),
 }
 ENV_OVERRIDES = {
     "TQ_BLOCK_KV": "block_kv",
@@ -82,6 +86,7 @@ ENV_OVERRIDES = {
     "TQ_MAX_REGISTERS": "max_registers",
     "TQ_VALUE_ACC": "value_acc",
     "TQ_KEY_LUT": "key_lut",
+    "TQ_VALUE_WORDS": "value_words",
 }
 
 

@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from ..hadamard import fwht_rows
+from ..value_words import value_columns
 from .tile import attend_tile, load_tile, tile_block_ids
 
 
@@ -77,6 +78,7 @@ def attention_kernel(
     VALUE_ACC: tl.constexpr,
     SATURATE_QUERY: tl.constexpr,
     KEY_LUT: tl.constexpr = 0,
+    VALUE_WORDS: tl.constexpr = False,
 ):
     """``PREFETCH``: issue each tile's loads one iteration ahead of its decoding (and its
     block ids two ahead), by hand; the loop then carries no ``num_stages`` of its own
@@ -84,7 +86,9 @@ def attention_kernel(
     and Triton's pipeliner stages the loads over ``LOOP_STAGES`` stages.
     ``SATURATE_QUERY``: clamp the scaled query to ±65504 before its round-toward-zero
     fp16 cast; False where that cast saturates by itself (see ``launch.cast_saturates``).
-    ``KEY_LUT``: see ``tile.attend_tile`` (``Centroids`` is then the register table)."""
+    ``KEY_LUT``: see ``tile.attend_tile`` (``Centroids`` is then the register table).
+    ``VALUE_WORDS``: 4-bit value codes decoded two per 32-bit operation; the output's
+    columns then go through ``value_words.value_columns``."""
     r = tl.program_id(0)
     h = tl.program_id(1)
     split = tl.program_id(2)
@@ -224,19 +228,24 @@ def attention_kernel(
                 NORM_CORRECTION=NORM_CORRECTION,
                 VALUE_ACC=VALUE_ACC,
                 KEY_LUT=KEY_LUT,
+                VALUE_WORDS=VALUE_WORDS,
             )
 
         o = (acc * f_i + r_i[:, None]) / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        if VALUE_WORDS:
+            dv = value_columns(d)
+        else:
+            dv = d
         if NUM_SPLITS == 1:
             tl.store(
-                Out + q_row[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],
+                Out + q_row[:, None] * stride_ot + head[:, None] * stride_oh + dv[None, :],
                 o.to(Out.dtype.element_ty),
                 mask=row_ok[:, None],
             )
         else:
             lse = tl.where(l_i > 0, m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0)), float("-inf"))
             slot = (q_row * NUM_Q_HEADS + head) * NUM_SPLITS + split
-            tl.store(Partial + slot[:, None] * D + d[None, :], o, mask=row_ok[:, None])
+            tl.store(Partial + slot[:, None] * D + dv[None, :], o, mask=row_ok[:, None])
             tl.store(Lse + slot, lse, mask=row_ok)
 
 

@@ -181,6 +181,7 @@ def attention(
             block_q,
             saturate_query=not cast_saturates(dev),
             key_lut=key_lut,
+            value_words=bool(cfg.value_words) and p.value_bits == 4,
         ),
         num_warps=cfg.num_warps,
         **launch_options(dev),
@@ -216,11 +217,13 @@ def kernel_constexprs(
     *,
     saturate_query: bool = True,
     key_lut: int = 0,
+    value_words: bool = False,
 ) -> dict[str, object]:
     """The attention kernel's compile-time arguments for one launch: the launcher passes
     them, and ``tq_triton.xpu_compile`` compiles exactly these. ``fields``:
     ``KernelFields.constexprs()`` of the cache layout; ``saturate_query``: not
-    :func:`cast_saturates` for the launch's device; ``key_lut``: :func:`key_lut_mode`."""
+    :func:`cast_saturates` for the launch's device; ``key_lut``: :func:`key_lut_mode`;
+    ``value_words``: ``cfg.value_words`` for 4-bit values."""
     return dict(
         G=group,
         G_PAD=next_pow2(group),
@@ -236,6 +239,7 @@ def kernel_constexprs(
         VALUE_ACC=cfg.value_acc,
         SATURATE_QUERY=saturate_query,
         KEY_LUT=key_lut,
+        VALUE_WORDS=value_words,
     )
 
 

@@ -24,6 +24,7 @@ from ..bitpack import load_words, unpack
 from ..cache_fields import FP16_BYTES, field_ptr
 from ..codebook_decode import codebook_keys
 from ..key_lut import lut_keys
+from ..value_words import centred_values
 
 
 @triton.jit
@@ -107,6 +108,7 @@ def attend_tile(
     NORM_CORRECTION: tl.constexpr,
     VALUE_ACC: tl.constexpr,
     KEY_LUT: tl.constexpr = 0,
+    VALUE_WORDS: tl.constexpr = False,
 ):
     """Decode one loaded tile (:func:`load_tile`'s tuple) and fold it into the online
     softmax state ``(m_i, l_i, acc, r_i, f_i)``, which it returns updated. The query is
@@ -114,7 +116,9 @@ def attend_tile(
     by ``q_scale`` where they enter the exponent (one fused multiply-add per score) and the
     running maximum. ``KEY_LUT`` (3-bit codebook keys only): 0 gathers the centroids from
     ``Centroids`` (the fp16 codebook); 1 and 2 look them up in a register table
-    (``Centroids`` is then ``key_lut.lut_words``' table), 1 through PTX (cuda), 2 emulated."""
+    (``Centroids`` is then ``key_lut.lut_words``' table), 1 through PTX (cuda), 2 emulated.
+    ``VALUE_WORDS`` (4-bit values only): decode value codes two per 32-bit operation
+    (``value_words``); ``acc``'s columns are then in ``value_words.value_columns`` order."""
     ck0, ck1, ck2, ckn, cv0, cv1, cv2, cvs, cvz = tile
     pos = start + tl.arange(0, BLOCK_KV)
     if KEY_FP8:
@@ -147,6 +151,23 @@ def attend_tile(
     alpha = tl.exp2(m_i - m_ref)
     p = tl.exp2(s * q_scale - m_ref[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
+
+    if VALUE_WORDS:
+        # fp16 code - 8 (exact), two codes per 32-bit operation; value_t = zero_t + scale_t
+        # (code_t - 8) + 8 scale_t, so sum_t p_t value_t = smax dot(pw, v16) + sum_t p_t mid_t
+        v16 = centred_values(cv0, BLOCK_KV, D)
+        vscale = cvs.to(tl.float32)
+        smax = tl.max(vscale, axis=0)
+        smax = tl.where(smax > 0, smax, 1.0)
+        pw = (p * (vscale / smax)[None, :]).to(tl.float16)
+        mid = cvz.to(tl.float32) + vscale * 8.0
+        if VALUE_ACC:
+            acc = tl.dot(pw, v16, acc * (alpha * (f_i / smax))[:, None])
+            r_i = r_i * alpha + tl.sum(p * mid[None, :], axis=1)
+            return m_new, l_i, acc, r_i, smax
+        else:
+            acc = acc * alpha[:, None] + tl.dot(pw, v16) * smax + tl.sum(p * mid[None, :], axis=1)[:, None]
+            return m_new, l_i, acc, r_i, f_i
 
     # value codes become the fp16 numbers 1 + code / 2^VBITS by setting bits only, and the
     # scales are folded into the probabilities (normalised by the tile's largest scale;

@@ -102,6 +102,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "0: a separate pass (default 0,1)",
     )
     p.add_argument(
+        "--key-lut",
+        type=int_list(0, choices=(0, 1, 2)),
+        default=str(AttentionConfig.key_lut),
+        help="comma list of key_lut modes for 3-bit codebook keys: 1 register table where native, 2 always, "
+        f"0 gathered from memory (default {AttentionConfig.key_lut})",
+    )
+    p.add_argument(
+        "--value-words",
+        type=int_list(0, choices=(0, 1)),
+        default=str(AttentionConfig.value_words),
+        help="comma list of 0/1; 1: 4-bit value codes decoded two per 32-bit operation "
+        f"(default {AttentionConfig.value_words})",
+    )
+    p.add_argument(
         "--seq-len", type=positive_int, default=None, help="override the shapes' sequence length (default 32768)"
     )
     p.add_argument(
@@ -127,9 +141,12 @@ def attention_grid(
     max_registers: list[int],
     waves: list[int],
     value_acc: list[int] | None = None,
+    key_lut: list[int] | None = None,
+    value_words: list[int] | None = None,
 ) -> list[AttentionConfig]:
     """Every combination to time; `modes` are (prefetch, stages). Waves only vary where the
-    split count is chosen from the grid (splits 0); fixed split counts are timed once."""
+    split count is chosen from the grid (splits 0); fixed split counts are timed once.
+    `value_acc`, `key_lut`, `value_words`: None keeps AttentionConfig's default."""
     return [
         AttentionConfig(
             block_kv=bkv,
@@ -140,16 +157,30 @@ def attention_grid(
             waves=wv,
             max_registers=reg,
             value_acc=va,
+            key_lut=kl,
+            value_words=vw,
         )
         for bkv, w, (pf, st), sp, reg in itertools.product(block_kv, warps, modes, splits, max_registers)
         for wv in (waves if sp == 0 else [AttentionConfig.waves])
         for va in (value_acc or [AttentionConfig.value_acc])
+        for kl in (key_lut or [AttentionConfig.key_lut])
+        for vw in (value_words or [AttentionConfig.value_words])
     ]
 
 
 def table_entry(cfg: AttentionConfig, ms: float) -> dict[str, int | float]:
     """The table entry for a measured configuration (`waves` only where it chose the splits)."""
-    keys = ["block_kv", "num_warps", "num_stages", "kv_splits", "prefetch", "max_registers", "value_acc"]
+    keys = [
+        "block_kv",
+        "num_warps",
+        "num_stages",
+        "kv_splits",
+        "prefetch",
+        "max_registers",
+        "value_acc",
+        "key_lut",
+        "value_words",
+    ]
     if cfg.kv_splits == 0:
         keys.append("waves")
     entry: dict[str, int | float] = {k: getattr(cfg, k) for k in keys}
@@ -160,7 +191,15 @@ def table_entry(cfg: AttentionConfig, ms: float) -> dict[str, int | float]:
 def run(args: argparse.Namespace) -> int:
     presets, buckets = args.presets, args.buckets
     grid = attention_grid(
-        args.block_kv, args.warps, args.modes, args.splits, args.max_registers, args.waves, args.value_acc
+        args.block_kv,
+        args.warps,
+        args.modes,
+        args.splits,
+        args.max_registers,
+        args.waves,
+        args.value_acc,
+        args.key_lut,
+        args.value_words,
     )
     dev = gpu_device()
     name = device_key(dev)
