@@ -12,7 +12,7 @@ import tq_core
 import tq_triton
 from tq_core import unpack_codes
 from tq_triton.device_tensors import codebook
-from tq_triton.store import codebook_codes
+from tq_triton.store import codebook_codes, codebook_codes_bsearch
 
 N_TOKENS = 3001 if ON_GPU else 77
 
@@ -97,16 +97,22 @@ def test_store_fp8_saturates(gen, device):
 
 
 @triton.jit
-def _codes_kernel(U, Bounds, Out, N: tl.constexpr, NUM_BOUNDS: tl.constexpr):
+def _codes_kernel(U, Bounds, Out, N: tl.constexpr, NUM_BOUNDS: tl.constexpr, SEARCH: tl.constexpr):
     i = tl.arange(0, N)
-    tl.store(Out + i, codebook_codes(tl.load(U + i), Bounds, NUM_BOUNDS).to(tl.int32))
+    if SEARCH:
+        codes = codebook_codes_bsearch(tl.load(U + i), Bounds, 3 if NUM_BOUNDS == 7 else 4)
+    else:
+        codes = codebook_codes(tl.load(U + i), Bounds, NUM_BOUNDS)
+    tl.store(Out + i, codes.to(tl.int32))
 
 
+@pytest.mark.parametrize("search", [False, True])
 @pytest.mark.parametrize("preset", [n for n, p in tq_core.PRESETS.items() if not p.key_is_fp8])
-def test_codes_on_and_around_every_boundary(preset, gen, device):
+def test_codes_on_and_around_every_boundary(preset, search, gen, device):
     """The store's codes are the number of boundaries <= u (vLLM's rule: a coordinate on a
     boundary takes the upper code), also exactly on, just below and just above each boundary,
-    and for infinities and NaN. The byte comparisons above exclude boundary codes."""
+    and for infinities and NaN, counted (``search`` False) or by binary search (True, the
+    store's ``code_search`` 1). The byte comparisons above exclude boundary codes."""
     bounds = codebook(tq_core.get_preset(preset), 128, torch.device(device))[1]
     below = torch.nextafter(bounds, torch.full_like(bounds, -float("inf")))
     above = torch.nextafter(bounds, torch.full_like(bounds, float("inf")))
@@ -116,7 +122,25 @@ def test_codes_on_and_around_every_boundary(preset, gen, device):
     n = 1 << (u.numel() - 1).bit_length()
     u = torch.cat([u, torch.zeros(n - u.numel(), device=device)])
     out = torch.full((n,), -1, dtype=torch.int32, device=device)
-    _codes_kernel[(1,)](u, bounds, out, N=n, NUM_BOUNDS=bounds.numel())
+    _codes_kernel[(1,)](u, bounds, out, N=n, NUM_BOUNDS=bounds.numel(), SEARCH=search)
     want = torch.searchsorted(bounds, u, right=True).to(torch.int32)
     want[torch.isnan(u)] = 0  # every comparison with NaN is false
     torch.testing.assert_close(out, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("preset", [n for n, p in tq_core.PRESETS.items() if not p.key_is_fp8])
+def test_binary_search_store_writes_the_same_bytes(preset, gen, device, monkeypatch):
+    """The store with ``code_search`` 1 (``TQ_CODE_SEARCH=1``) writes the bytes of the
+    counting store, NaN and overflowing rows included."""
+    heads, d, n = 2, 128, 61
+    k = (torch.randn(n, heads, d, generator=gen) * 3).to(device)
+    v = torch.randn(n, heads, d, generator=gen).to(device)
+    k[3, 1, 7] = float("nan")
+    k[5, 0] = 1e20
+    first, second, nslots = caches(preset, d, 16, heads, gen, device, n)
+    slots = torch.randperm(nslots, generator=gen)[:n].to(device)
+    monkeypatch.setenv("TQ_CODE_SEARCH", "0")
+    tq_triton.store(k, v, first, slots, preset)
+    monkeypatch.setenv("TQ_CODE_SEARCH", "1")
+    tq_triton.store(k, v, second, slots, preset)
+    assert torch.equal(first, second)

@@ -67,6 +67,55 @@ def codebook_codes(u, Bounds, NUM_BOUNDS: tl.constexpr):
 
 
 @triton.jit
+def _pick(c, hi, lo):
+    """``hi`` where the comparison ``c`` holds, else ``lo`` (scalars or tensors)."""
+    return tl.where(c, hi, lo)
+
+
+@triton.jit
+def codebook_codes_bsearch(u, Bounds, KBITS: tl.constexpr):
+    """:func:`codebook_codes` for 3- and 4-bit codebooks by binary search: one comparison
+    per code bit against the boundary that splits the codes still possible (picked by
+    selects among the boundaries, loaded once). The same ``>=`` rule, so the same codes;
+    NaN compares false everywhere and takes code 0 as before."""
+    if KBITS == 3:
+        b0 = tl.load(Bounds)
+        b1 = tl.load(Bounds + 1)
+        b2 = tl.load(Bounds + 2)
+        b3 = tl.load(Bounds + 3)
+        b4 = tl.load(Bounds + 4)
+        b5 = tl.load(Bounds + 5)
+        b6 = tl.load(Bounds + 6)
+        c2 = u >= b3
+        c1 = u >= _pick(c2, b5, b1)
+        c0 = u >= _pick(c2, _pick(c1, b6, b4), _pick(c1, b2, b0))
+        return c2.to(tl.uint32) * 4 + c1.to(tl.uint32) * 2 + c0.to(tl.uint32)
+    else:
+        b0 = tl.load(Bounds)
+        b1 = tl.load(Bounds + 1)
+        b2 = tl.load(Bounds + 2)
+        b3 = tl.load(Bounds + 3)
+        b4 = tl.load(Bounds + 4)
+        b5 = tl.load(Bounds + 5)
+        b6 = tl.load(Bounds + 6)
+        b7 = tl.load(Bounds + 7)
+        b8 = tl.load(Bounds + 8)
+        b9 = tl.load(Bounds + 9)
+        b10 = tl.load(Bounds + 10)
+        b11 = tl.load(Bounds + 11)
+        b12 = tl.load(Bounds + 12)
+        b13 = tl.load(Bounds + 13)
+        b14 = tl.load(Bounds + 14)
+        c3 = u >= b7
+        c2 = u >= _pick(c3, b11, b3)
+        c1 = u >= _pick(c3, _pick(c2, b13, b9), _pick(c2, b5, b1))
+        t_hi = _pick(c2, _pick(c1, b14, b12), _pick(c1, b10, b8))
+        t_lo = _pick(c2, _pick(c1, b6, b4), _pick(c1, b2, b0))
+        c0 = u >= _pick(c3, t_hi, t_lo)
+        return c3.to(tl.uint32) * 8 + c2.to(tl.uint32) * 4 + c1.to(tl.uint32) * 2 + c0.to(tl.uint32)
+
+
+@triton.jit
 def _store_kernel(
     K,
     V,
@@ -97,6 +146,7 @@ def _store_kernel(
     VBITS: tl.constexpr,
     NUM_BOUNDS: tl.constexpr,
     BLOCK_T: tl.constexpr,
+    CODE_SEARCH: tl.constexpr = False,
 ):
     pid_t = tl.program_id(0)
     h = tl.program_id(1).to(tl.int64)
@@ -128,7 +178,10 @@ def _store_kernel(
         inv = tl.where(norm > 0, 1.0 / (tl.where(norm > 0, norm, 1.0) * tl.sqrt(D * 1.0)), 0.0)
         inv = tl.where(k_bad, float("nan"), inv)
         u = y * inv[:, None]
-        codes = codebook_codes(u, Bounds, NUM_BOUNDS)
+        if CODE_SEARCH:
+            codes = codebook_codes_bsearch(u, Bounds, KBITS)
+        else:
+            codes = codebook_codes(u, Bounds, NUM_BOUNDS)
         kptr = field_ptr(base, off, KEY_OFF, KEY_BYTES).to(tl.pointer_type(tl.int32))
         store_codes(kptr, ok, codes, KBITS, D, BLOCK_T)
         nptr = field_ptr(base, off, NORM_OFF, FP16_BYTES).to(tl.pointer_type(tl.float16))
@@ -204,6 +257,7 @@ def store(
         **args.fields.constexprs(),
         NUM_BOUNDS=0 if p.key_is_fp8 else (1 << p.key_bits) - 1,
         BLOCK_T=cfg.block_t,
+        CODE_SEARCH=bool(cfg.code_search) and not p.key_is_fp8 and p.key_bits in (3, 4),
         num_warps=cfg.num_warps,
         **launch_options(key.device),
     )

@@ -59,6 +59,10 @@ class AttentionConfig:
 class StoreConfig:
     block_t: int = 16
     num_warps: int = 4
+    # experimental: 1 finds 3- and 4-bit codebook codes by binary search over the boundaries
+    # (one comparison per code bit); 0 counts the boundaries at or below each coordinate
+    # (one comparison per boundary). Both give the same codes.
+    code_search: int = 0
 
 
 _POW2 = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
@@ -75,6 +79,7 @@ _LIMITS: dict[str, tuple[int, int, bool]] = {
     "max_registers": (0, 255, False),
     "value_acc": (0, 1, False),
     "key_lut": (0, 2, False),
+    "code_search": (0, 1, False),
     "value_words": (0, 1, False),
 }
 ENV_OVERRIDES = {
@@ -87,6 +92,9 @@ ENV_OVERRIDES = {
     "TQ_VALUE_ACC": "value_acc",
     "TQ_KEY_LUT": "key_lut",
     "TQ_VALUE_WORDS": "value_words",
+}
+STORE_ENV_OVERRIDES = {
+    "TQ_CODE_SEARCH": "code_search",
 }
 
 
@@ -164,9 +172,9 @@ def q_bucket(max_query_len: int) -> str:
     return f"q{1 << (n - 1).bit_length()}"
 
 
-def _env_overrides() -> tuple[tuple[str, int], ...]:
+def _env_overrides(overrides: dict[str, str] = ENV_OVERRIDES) -> tuple[tuple[str, int], ...]:
     out = []
-    for var, name in ENV_OVERRIDES.items():
+    for var, name in overrides.items():
         raw = os.environ.get(var)
         if raw is None or raw == "":
             continue
@@ -198,18 +206,20 @@ def attention_config(device: torch.device, preset: str, max_query_len: int) -> A
 
 
 @functools.cache
-def _store_cached(dev_name: str, preset: str) -> StoreConfig:
+def _store_cached(dev_name: str, preset: str, env: tuple[tuple[str, int], ...]) -> StoreConfig:
     cfg = StoreConfig()
     t = table_for(dev_name)
     if t is not None:
         st = t.get("store", {})
         cfg = _apply(cfg, st.get("*"), t["_path"])
         cfg = _apply(cfg, st.get(preset), t["_path"])
-    return cfg
+    return _apply(cfg, dict(env), "environment")
 
 
 def store_config(device: torch.device, preset: str) -> StoreConfig:
-    return _store_cached(device_key(device), preset)
+    """The store's launch parameters: built-in defaults, the device's table, then
+    ``TQ_CODE_SEARCH`` from the environment."""
+    return _store_cached(device_key(device), preset, _env_overrides(STORE_ENV_OVERRIDES))
 
 
 @functools.cache

@@ -178,8 +178,9 @@ def jobs(quick: bool) -> Iterator[Job]:
         p = tq_core.get_preset(name)
         for d in head_dims:
             fields = p.kernel_fields(p.block_layout(d, BLOCK_SIZE, NUM_KV_HEADS)).constexprs()
-            scfg = _store_cached(XE2_DEVICE_NAME, name)
+            scfg = _store_cached(XE2_DEVICE_NAME, name, ())
             scx = dict(fields, NUM_BOUNDS=0 if p.key_is_fp8 else (1 << p.key_bits) - 1, BLOCK_T=scfg.block_t)
+            scx["CODE_SEARCH"] = bool(scfg.code_search) and not p.key_is_fp8 and p.key_bits in (3, 4)
             scx["stride_sm"] = 1
             stypes = {"K": f"*{INPUT_DTYPE}", "V": f"*{INPUT_DTYPE}", "Cache": "*u8", "SlotMapping": "*i64"}
             stypes["Bounds"] = "*fp32"
