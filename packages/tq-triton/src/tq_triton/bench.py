@@ -212,8 +212,11 @@ def batched_per_token(case: Case) -> Callable[[], None]:
     return fn
 
 
-def bf16_candidates(case: Case) -> list[tuple[str, Callable[[], None]]]:
-    """Every bf16 attention that computes the case's outputs, as (label, call).
+def bf16_candidates(case: Case) -> list[tuple[str, Callable[[], torch.Tensor]]]:
+    """Every bf16 attention that computes the case's outputs, as (label, call); each call
+    returns the output as ``[num_query_tokens, Hq, D]`` (the layout of ``case.query``).
+
+    Uniform shapes:
 
     - each torch SDPA backend (cuDNN, flash, memory-efficient, math) on ``[B, Hq, q_len, D]``
       queries with GQA, causal (bottom-right) for q_len > 1: as ``causal_lower_right`` where
@@ -222,13 +225,25 @@ def bf16_candidates(case: Case) -> list[tuple[str, Callable[[], None]]]:
       over its K/V, without a mask. The causal mask changes q_len - 1 of seq_len keys per
       row, so this is a lower bound on any bf16 verify kernel's time (FlashAttention and
       FlashInfer run verify this way); its label says so.
+
+    Ragged shapes (per-request q_len and seq_len):
+
+    - each SDPA backend called once per request (``per-request``), causal bottom-right
+      where the request has more than one query token;
+    - on cuda, FlashAttention's variable-length kernel over all requests in one call
+      (``flash-varlen``: packed K/V, cumulative lengths, GQA, causal bottom-right).
+
+    Needs ``case.dense_k`` / ``case.dense_v`` (``build_case(..., dense=True)``).
     """
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.attention.bias import causal_lower_right
 
     sh = case.shape
+    if case.dense_k is None or case.dense_v is None:
+        raise ValueError("bf16_candidates needs the case's dense K/V: build_case(..., dense=True)")
+    backends = (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
     if sh.q_lens or sh.seq_lens:
-        raise ValueError("the bf16 baseline needs a uniform shape")
+        return _ragged_candidates(case, backends)
     b, ql, hq, hk, d = sh.batch, sh.q_len, sh.q_heads, sh.kv_heads, sh.head_dim
     q = case.query.view(b, ql, hq, d).transpose(1, 2)
     k, v = case.dense_k, case.dense_v
@@ -237,14 +252,14 @@ def bf16_candidates(case: Case) -> list[tuple[str, Callable[[], None]]]:
     if ql > 1:
         dense_mask = torch.ones(ql, sh.seq_len, dtype=torch.bool, device=q.device).tril(sh.seq_len - ql)
         masks = [("", causal_lower_right(ql, sh.seq_len)), ("+mask", dense_mask)]
-    out: list[tuple[str, Callable[[], None]]] = []
-    backends = (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
+    out: list[tuple[str, Callable[[], torch.Tensor]]] = []
     for backend in backends:
         for suffix, mask in masks:
 
-            def fn(backend=backend, mask=mask) -> None:
+            def fn(backend=backend, mask=mask) -> torch.Tensor:
                 with sdpa_kernel(backend):
-                    sdpa(q, k, v, attn_mask=mask, scale=case.scale, enable_gqa=True)
+                    o = sdpa(q, k, v, attn_mask=mask, scale=case.scale, enable_gqa=True)
+                return o.transpose(1, 2).reshape(b * ql, hq, d)
 
             out.append((f"sdpa-{backend.name.lower()}{suffix}", fn))
     if ql > 1:
@@ -252,18 +267,61 @@ def bf16_candidates(case: Case) -> list[tuple[str, Callable[[], None]]]:
         packed = case.query.view(b, ql, hk, g, d).permute(0, 2, 3, 1, 4).reshape(b, hk, g * ql, d).contiguous()
         for backend in backends[:3]:
 
-            def fn(backend=backend) -> None:
+            def fn(backend=backend) -> torch.Tensor:
                 with sdpa_kernel(backend):
-                    sdpa(packed, k, v, scale=case.scale)
+                    o = sdpa(packed, k, v, scale=case.scale)
+                return o.view(b, hk, g, ql, d).permute(0, 3, 1, 2, 4).reshape(b * ql, hq, d)
 
             out.append((f"packed-rows-{backend.name.lower()} (lower bound)", fn))
     return out
 
 
-def sdpa_bf16(case: Case) -> tuple[Callable[[], None], str]:
+def _ragged_candidates(case: Case, backends: tuple) -> list[tuple[str, Callable[[], torch.Tensor]]]:
+    from torch.nn.attention import sdpa_kernel
+    from torch.nn.attention.bias import causal_lower_right
+
+    sh = case.shape
+    qls, seqs = sh.request_q_lens(), sh.request_seq_lens()
+    starts = [0, *torch.tensor(qls).cumsum(0).tolist()]
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    # per request: [1, Hq, q_len, D] queries over [1, Hk, seq_len, D] keys and values
+    reqs = []
+    for r, (ql, sl) in enumerate(zip(qls, seqs, strict=True)):
+        q = case.query[starts[r] : starts[r + 1]].transpose(0, 1).unsqueeze(0)
+        k = case.dense_k[r : r + 1, :, :sl]
+        v = case.dense_v[r : r + 1, :, :sl]
+        reqs.append((q, k, v, causal_lower_right(ql, sl) if ql > 1 else None))
+    out: list[tuple[str, Callable[[], torch.Tensor]]] = []
+    for backend in backends:
+
+        def fn(backend=backend) -> torch.Tensor:
+            with sdpa_kernel(backend):
+                rows = [sdpa(q, k, v, attn_mask=m, scale=case.scale, enable_gqa=True) for q, k, v, m in reqs]
+            return torch.cat([o[0].transpose(0, 1) for o in rows])
+
+        out.append((f"sdpa-{backend.name.lower()}-per-request", fn))
+    if case.query.is_cuda and hasattr(torch.ops.aten, "_flash_attention_forward"):
+        kp = torch.cat([case.dense_k[r, :, :sl].transpose(0, 1) for r, sl in enumerate(seqs)]).contiguous()
+        vp = torch.cat([case.dense_v[r, :, :sl].transpose(0, 1) for r, sl in enumerate(seqs)]).contiguous()
+        dev = case.query.device
+        cu_q = torch.tensor(starts, dtype=torch.int32, device=dev)
+        cu_k = torch.tensor([0, *torch.tensor(seqs).cumsum(0).tolist()], dtype=torch.int32, device=dev)
+        q = case.query.contiguous()
+
+        def varlen() -> torch.Tensor:
+            res = torch.ops.aten._flash_attention_forward(
+                q, kp, vp, cu_q, cu_k, max(qls), max(seqs), 0.0, True, False, scale=case.scale
+            )
+            return res[0]
+
+        out.append(("flash-varlen", varlen))
+    return out
+
+
+def sdpa_bf16(case: Case) -> tuple[Callable[[], torch.Tensor], str]:
     """The fastest of :func:`bf16_candidates` on this device, as (call, label); candidates a
     backend refuses (shape, GQA, mask) are skipped."""
-    best: tuple[float, Callable[[], None], str] | None = None
+    best: tuple[float, Callable[[], torch.Tensor], str] | None = None
     for label, fn in bf16_candidates(case):
         try:
             fn()
