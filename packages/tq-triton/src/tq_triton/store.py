@@ -73,39 +73,34 @@ def _pick(c, hi, lo):
 
 
 @triton.jit
+def _seven(B):
+    """The seven float32 numbers at ``B``."""
+    return (
+        tl.load(B),
+        tl.load(B + 1),
+        tl.load(B + 2),
+        tl.load(B + 3),
+        tl.load(B + 4),
+        tl.load(B + 5),
+        tl.load(B + 6),
+    )
+
+
+@triton.jit
 def codebook_codes_bsearch(u, Bounds, KBITS: tl.constexpr):
     """:func:`codebook_codes` for 3- and 4-bit codebooks by binary search: one comparison
     per code bit against the boundary that splits the codes still possible (picked by
     selects among the boundaries, loaded once). The same ``>=`` rule, so the same codes;
     NaN compares false everywhere and takes code 0 as before."""
+    b0, b1, b2, b3, b4, b5, b6 = _seven(Bounds)
     if KBITS == 3:
-        b0 = tl.load(Bounds)
-        b1 = tl.load(Bounds + 1)
-        b2 = tl.load(Bounds + 2)
-        b3 = tl.load(Bounds + 3)
-        b4 = tl.load(Bounds + 4)
-        b5 = tl.load(Bounds + 5)
-        b6 = tl.load(Bounds + 6)
         c2 = u >= b3
         c1 = u >= _pick(c2, b5, b1)
         c0 = u >= _pick(c2, _pick(c1, b6, b4), _pick(c1, b2, b0))
         return c2.to(tl.uint32) * 4 + c1.to(tl.uint32) * 2 + c0.to(tl.uint32)
     else:
-        b0 = tl.load(Bounds)
-        b1 = tl.load(Bounds + 1)
-        b2 = tl.load(Bounds + 2)
-        b3 = tl.load(Bounds + 3)
-        b4 = tl.load(Bounds + 4)
-        b5 = tl.load(Bounds + 5)
-        b6 = tl.load(Bounds + 6)
         b7 = tl.load(Bounds + 7)
-        b8 = tl.load(Bounds + 8)
-        b9 = tl.load(Bounds + 9)
-        b10 = tl.load(Bounds + 10)
-        b11 = tl.load(Bounds + 11)
-        b12 = tl.load(Bounds + 12)
-        b13 = tl.load(Bounds + 13)
-        b14 = tl.load(Bounds + 14)
+        b8, b9, b10, b11, b12, b13, b14 = _seven(Bounds + 8)
         c3 = u >= b7
         c2 = u >= _pick(c3, b11, b3)
         c1 = u >= _pick(c3, _pick(c2, b13, b9), _pick(c2, b5, b1))
