@@ -49,9 +49,9 @@ def test_every_bf16_candidate_computes_the_case(shape, device):
     case = bench.build_case(shape, "turboquant_k8v4", torch.device(device), dense=True)
     want = reference(case)
     ran = []
-    for label, fn in bench.bf16_candidates(case):
+    for label, fn, rows in bench.bf16_candidates(case):
         try:
-            got = fn()
+            got = rows(fn())
         except RuntimeError:  # a backend that refuses this device, shape, GQA or mask
             continue
         ran.append(label)

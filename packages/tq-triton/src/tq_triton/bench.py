@@ -212,9 +212,13 @@ def batched_per_token(case: Case) -> Callable[[], None]:
     return fn
 
 
-def bf16_candidates(case: Case) -> list[tuple[str, Callable[[], torch.Tensor]]]:
-    """Every bf16 attention that computes the case's outputs, as (label, call); each call
-    returns the output as ``[num_query_tokens, Hq, D]`` (the layout of ``case.query``).
+Candidate = tuple[str, Callable[[], object], Callable[[object], torch.Tensor]]
+
+
+def bf16_candidates(case: Case) -> list[Candidate]:
+    """Every bf16 attention that computes the case's outputs, as (label, call, rows): the
+    call is what is timed and returns the kernel's output as it comes; ``rows`` turns that
+    into ``[num_query_tokens, Hq, D]`` (the layout of ``case.query``), outside the timing.
 
     Uniform shapes:
 
@@ -252,31 +256,37 @@ def bf16_candidates(case: Case) -> list[tuple[str, Callable[[], torch.Tensor]]]:
     if ql > 1:
         dense_mask = torch.ones(ql, sh.seq_len, dtype=torch.bool, device=q.device).tril(sh.seq_len - ql)
         masks = [("", causal_lower_right(ql, sh.seq_len)), ("+mask", dense_mask)]
-    out: list[tuple[str, Callable[[], torch.Tensor]]] = []
+    out: list[Candidate] = []
+
+    def rows(o: torch.Tensor) -> torch.Tensor:
+        return o.transpose(1, 2).reshape(b * ql, hq, d)
+
     for backend in backends:
         for suffix, mask in masks:
 
             def fn(backend=backend, mask=mask) -> torch.Tensor:
                 with sdpa_kernel(backend):
-                    o = sdpa(q, k, v, attn_mask=mask, scale=case.scale, enable_gqa=True)
-                return o.transpose(1, 2).reshape(b * ql, hq, d)
+                    return sdpa(q, k, v, attn_mask=mask, scale=case.scale, enable_gqa=True)
 
-            out.append((f"sdpa-{backend.name.lower()}{suffix}", fn))
+            out.append((f"sdpa-{backend.name.lower()}{suffix}", fn, rows))
     if ql > 1:
         g = hq // hk
         packed = case.query.view(b, ql, hk, g, d).permute(0, 2, 3, 1, 4).reshape(b, hk, g * ql, d).contiguous()
+
+        def packed_rows(o: torch.Tensor) -> torch.Tensor:
+            return o.view(b, hk, g, ql, d).permute(0, 3, 1, 2, 4).reshape(b * ql, hq, d)
+
         for backend in backends[:3]:
 
             def fn(backend=backend) -> torch.Tensor:
                 with sdpa_kernel(backend):
-                    o = sdpa(packed, k, v, scale=case.scale)
-                return o.view(b, hk, g, ql, d).permute(0, 3, 1, 2, 4).reshape(b * ql, hq, d)
+                    return sdpa(packed, k, v, scale=case.scale)
 
-            out.append((f"packed-rows-{backend.name.lower()} (lower bound)", fn))
+            out.append((f"packed-rows-{backend.name.lower()} (lower bound)", fn, packed_rows))
     return out
 
 
-def _ragged_candidates(case: Case, backends: tuple) -> list[tuple[str, Callable[[], torch.Tensor]]]:
+def _ragged_candidates(case: Case, backends: tuple) -> list[Candidate]:
     from torch.nn.attention import sdpa_kernel
     from torch.nn.attention.bias import causal_lower_right
 
@@ -291,15 +301,18 @@ def _ragged_candidates(case: Case, backends: tuple) -> list[tuple[str, Callable[
         k = case.dense_k[r : r + 1, :, :sl]
         v = case.dense_v[r : r + 1, :, :sl]
         reqs.append((q, k, v, causal_lower_right(ql, sl) if ql > 1 else None))
-    out: list[tuple[str, Callable[[], torch.Tensor]]] = []
+    out: list[Candidate] = []
+
+    def rows(outs: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat([o[0].transpose(0, 1) for o in outs])
+
     for backend in backends:
 
-        def fn(backend=backend) -> torch.Tensor:
+        def fn(backend=backend) -> list[torch.Tensor]:
             with sdpa_kernel(backend):
-                rows = [sdpa(q, k, v, attn_mask=m, scale=case.scale, enable_gqa=True) for q, k, v, m in reqs]
-            return torch.cat([o[0].transpose(0, 1) for o in rows])
+                return [sdpa(q, k, v, attn_mask=m, scale=case.scale, enable_gqa=True) for q, k, v, m in reqs]
 
-        out.append((f"sdpa-{backend.name.lower()}-per-request", fn))
+        out.append((f"sdpa-{backend.name.lower()}-per-request", fn, rows))
     if case.query.is_cuda and hasattr(torch.ops.aten, "_flash_attention_forward"):
         kp = torch.cat([case.dense_k[r, :, :sl].transpose(0, 1) for r, sl in enumerate(seqs)]).contiguous()
         vp = torch.cat([case.dense_v[r, :, :sl].transpose(0, 1) for r, sl in enumerate(seqs)]).contiguous()
@@ -308,21 +321,20 @@ def _ragged_candidates(case: Case, backends: tuple) -> list[tuple[str, Callable[
         cu_k = torch.tensor([0, *torch.tensor(seqs).cumsum(0).tolist()], dtype=torch.int32, device=dev)
         q = case.query.contiguous()
 
-        def varlen() -> torch.Tensor:
-            res = torch.ops.aten._flash_attention_forward(
+        def varlen() -> tuple:
+            return torch.ops.aten._flash_attention_forward(
                 q, kp, vp, cu_q, cu_k, max(qls), max(seqs), 0.0, True, False, scale=case.scale
             )
-            return res[0]
 
-        out.append(("flash-varlen", varlen))
+        out.append(("flash-varlen", varlen, lambda res: res[0]))
     return out
 
 
-def sdpa_bf16(case: Case) -> tuple[Callable[[], torch.Tensor], str]:
+def sdpa_bf16(case: Case) -> tuple[Callable[[], object], str]:
     """The fastest of :func:`bf16_candidates` on this device, as (call, label); candidates a
     backend refuses (shape, GQA, mask) are skipped."""
-    best: tuple[float, Callable[[], torch.Tensor], str] | None = None
-    for label, fn in bf16_candidates(case):
+    best: tuple[float, Callable[[], object], str] | None = None
+    for label, fn, _ in bf16_candidates(case):
         try:
             fn()
             torch.cuda.synchronize() if case.query.is_cuda else None
@@ -336,7 +348,7 @@ def sdpa_bf16(case: Case) -> tuple[Callable[[], torch.Tensor], str]:
     return best[1], best[2]
 
 
-def time_ms(fn: Callable[[], None], warmup: int = 25, rep: int = 100, graph: bool = True) -> float:
+def time_ms(fn: Callable[[], object], warmup: int = 25, rep: int = 100, graph: bool = True) -> float:
     """Median milliseconds of one ``fn()`` on the device.
 
     On cuda the calls are captured in a CUDA graph and its replays are timed, as a server
