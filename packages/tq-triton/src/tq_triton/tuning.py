@@ -6,8 +6,9 @@ power of two, at most 16; ``q1`` is decode, ``q8`` speculative verification of 7
 built-in defaults, then the first table whose ``match`` substrings occur in the device
 name (user tables in ``$TQ_TUNING_DIR`` or ``~/.cache/tq/tuning`` before the shipped
 ones), reading ``attention.default["*"]``, ``attention.default[b]``, ``attention[p]["*"]``,
-``attention[p][b]`` in that order, then ``TQ_BLOCK_KV``, ``TQ_NUM_WARPS``,
-``TQ_NUM_STAGES``, ``TQ_NUM_KV_SPLITS`` from the environment.
+``attention[p][b]`` in that order, then the environment variables of
+:data:`ENV_OVERRIDES` (``TQ_BLOCK_KV``, ``TQ_NUM_WARPS``, ... ``TQ_VALUE_WORDS``). The
+store reads its table entry, then :data:`STORE_ENV_OVERRIDES` (``TQ_CODE_SEARCH``).
 """
 
 from __future__ import annotations
