@@ -160,7 +160,11 @@ def attention_cfg(preset: str, query_len: int) -> Any:
     return _attention_cached(XE2_DEVICE_NAME, preset, q_bucket(query_len), ())
 
 
-def jobs(quick: bool) -> Iterator[Job]:
+def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
+    """Every launch to compile. ``knobs``: also each attention launch with the experimental
+    kernel knobs on (``KEY_LUT`` 2, the register table's integer emulation, for 3-bit
+    codebook keys; ``VALUE_WORDS`` for 4-bit values), which the xpu path does not use by
+    default."""
     import tq_core
 
     from .attention.kernel import attention_kernel, merge_kernel
@@ -223,6 +227,19 @@ def jobs(quick: bool) -> Iterator[Job]:
                             dict(num_warps=cfg.num_warps, **xpu_opts),
                             needs_dpas=True,
                         )
+                        if knobs:
+                            lut = 2 if not p.key_is_fp8 and p.key_bits == 3 else 0
+                            kcx = dict(cx, KEY_LUT=lut, VALUE_WORDS=p.value_bits == 4)
+                            ktypes = dict(types, Centroids="*i32") if lut else types
+                            yield Job(
+                                "attention",
+                                f"{name} d{d} g{g} q{qlen} s{splits} knobs",
+                                attention_kernel,
+                                _signature(attention_kernel.arg_names, kcx, ktypes),
+                                kcx,
+                                dict(num_warps=cfg.num_warps, **xpu_opts),
+                                needs_dpas=True,
+                            )
     for d in head_dims:
         splits = attention_cfg(presets[0], 1).max_kv_splits
         mcx = dict(NUM_Q_HEADS=4 * NUM_KV_HEADS, NUM_SPLITS=splits, SPLITS_PAD=next_pow2(splits), D=d, stride_qs=1)
@@ -292,14 +309,14 @@ def _setup_env(tuning_dir: str) -> None:
     tuning.clear_cache()
 
 
-_POOL_JOBS: list[Job] = []  # a pool process's own copy of jobs(quick), built once
+_POOL_JOBS: list[Job] = []  # a pool process's own copy of jobs(quick, knobs), built once
 
 
-def _pool_init(quick: bool, tuning_dir: str) -> None:
+def _pool_init(quick: bool, knobs: bool, tuning_dir: str) -> None:
     _setup_env(tuning_dir)
     # the kernels (JITFunction) do not cross processes: each pool process enumerates the same
     # jobs and the parent sends an index, checked against the job's key
-    _POOL_JOBS[:] = jobs(quick)
+    _POOL_JOBS[:] = jobs(quick, knobs)
 
 
 def _pool_compile(index: int, key: tuple[Any, ...]) -> Compiled:
@@ -364,6 +381,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="head_dim 128 and GQA group 4 only")
     ap.add_argument("--only", default="", help="compile only launches whose label matches this regex")
     ap.add_argument(
+        "--knobs",
+        action="store_true",
+        help="also compile each attention launch with the experimental knobs on (key_lut 2, value_words 1)",
+    )
+    ap.add_argument(
         "--jobs",
         type=int,
         default=None,
@@ -385,9 +407,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _distinct(args: argparse.Namespace) -> list[tuple[int, Result]]:
     """The launches to compile, merged by key (identical constexprs and options compile once),
-    in job order, each with the index of its first job in ``jobs(args.quick)``."""
+    in job order, each with the index of its first job in ``jobs(args.quick, args.knobs)``."""
     distinct: dict[tuple[Any, ...], tuple[int, Result]] = {}
-    for index, job in enumerate(jobs(args.quick)):
+    for index, job in enumerate(jobs(args.quick, args.knobs)):
         if args.only and not re.search(args.only, f"{job.kernel} {job.label}"):
             continue
         key = job.key()
@@ -419,7 +441,7 @@ def _compile_all(todo: list[tuple[int, Result]], args: argparse.Namespace, tunin
     # "spawn": each pool process starts a fresh interpreter (no forked copy of a parent that
     # has already loaded Triton, LLVM and torch) and is set up by _pool_init like main()
     ctx = multiprocessing.get_context("spawn")
-    setup = dict(mp_context=ctx, initializer=_pool_init, initargs=(args.quick, tuning_dir))
+    setup = dict(mp_context=ctx, initializer=_pool_init, initargs=(args.quick, args.knobs, tuning_dir))
     retry: list[tuple[int, Result]] = []
     with ProcessPoolExecutor(workers, **setup) as pool:
         futs: dict[Future[Compiled], tuple[int, Result]] = {
