@@ -71,10 +71,19 @@ def pip_find_links() -> str | None:
     return links or None
 
 
+def _uv_target(session: nox.Session) -> tuple[str, ...]:
+    """``--python`` naming the session's interpreter, for uv commands, so that an install can
+    only land in the session's environment (uv would otherwise pick the environment from
+    ``VIRTUAL_ENV`` and its own discovery)."""
+    return ("--python", os.path.join(session.virtualenv.bin, "python"))
+
+
 def install(session: nox.Session, *args: str, **kwargs: Any) -> None:
     """``session.install`` that shows the installer's output (a long download never looks hung)
     and retries a failed run after a pause (see INSTALL_RETRY_WAITS)."""
     kwargs.setdefault("silent", False)
+    if uses_uv(session):
+        args = (*_uv_target(session), *args)
     if uses_uv(session) and "UV_FIND_LINKS" not in os.environ and (links := pip_find_links()):
         kwargs["env"] = {"UV_FIND_LINKS": links, **kwargs.get("env", {})}
     for attempt, wait in enumerate((*INSTALL_RETRY_WAITS, None), start=1):
@@ -91,7 +100,7 @@ def install(session: nox.Session, *args: str, **kwargs: Any) -> None:
 def uninstall(session: nox.Session, *names: str) -> None:
     """Remove distributions from the session's environment (uv environments have no pip)."""
     if uses_uv(session):
-        session.run("uv", "pip", "uninstall", *names, external=True)
+        session.run("uv", "pip", "uninstall", *_uv_target(session), *names, external=True)
     else:
         session.run("python", "-m", "pip", "uninstall", "-y", *names)
 

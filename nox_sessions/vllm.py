@@ -27,6 +27,8 @@ def tests_vllm(session: nox.Session) -> None:
     has_triton = (PACKAGES / "tq-triton" / "pyproject.toml").is_file()
     if has_triton:
         install(session, "--no-deps", "-e", pkg("tq-triton"))
+    # the tests skip themselves without vLLM: here its absence is an error
+    session.run("python", "-c", "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)")
     session.log(f"installs took {time.monotonic() - start:.0f}s")
     tests = pkg("tq-vllm") + "/tests"
     pytest(session, tests)
