@@ -218,25 +218,18 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
                             "q_mul": "fp32",
                             "q_scale": "fp32",
                         }
-                        yield Job(
-                            "attention",
-                            f"{name} d{d} g{g} q{qlen} s{splits}",
-                            attention_kernel,
-                            _signature(attention_kernel.arg_names, cx, types),
-                            cx,
-                            dict(num_warps=cfg.num_warps, **xpu_opts),
-                            needs_dpas=True,
-                        )
+                        variants = [("", cx, types)]
                         if knobs:
                             lut = 2 if not p.key_is_fp8 and p.key_bits == 3 else 0
                             kcx = dict(cx, KEY_LUT=lut, VALUE_WORDS=p.value_bits == 4)
-                            ktypes = dict(types, Centroids="*i32") if lut else types
+                            variants.append((" knobs", kcx, dict(types, Centroids="*i32") if lut else types))
+                        for suffix, vcx, vtypes in variants:
                             yield Job(
                                 "attention",
-                                f"{name} d{d} g{g} q{qlen} s{splits} knobs",
+                                f"{name} d{d} g{g} q{qlen} s{splits}{suffix}",
                                 attention_kernel,
-                                _signature(attention_kernel.arg_names, kcx, ktypes),
-                                kcx,
+                                _signature(attention_kernel.arg_names, vcx, vtypes),
+                                vcx,
                                 dict(num_warps=cfg.num_warps, **xpu_opts),
                                 needs_dpas=True,
                             )
