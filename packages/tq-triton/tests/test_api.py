@@ -104,6 +104,22 @@ def test_env_override_and_table_lookup(monkeypatch, user_tables):
     assert tuning.attention_config(torch.device("cpu"), "turboquant_k8v4", 1).max_registers == 128
 
 
+def test_entries_keyed_by_tile_rows_come_after_the_bucket(user_tables):
+    (user_tables / "mine.json").write_text(
+        '{"match": ["interpreter"], "attention": {"turboquant_k8v4": {"q8": {"num_warps": 2, "block_kv": 32},'
+        ' "q8:m64": {"num_warps": 4}, "q1:m64": {"num_warps": 8}}}}'
+    )
+    cpu = torch.device("cpu")
+
+    def got(q_len, rows):
+        cfg = tuning.attention_config(cpu, "turboquant_k8v4", q_len, rows)
+        return cfg.num_warps, cfg.block_kv
+
+    assert got(8, None) == got(8, 32) == (2, 32)
+    assert got(8, 64) == (4, 32)  # the rows entry overrides only what it names
+    assert got(1, 16) == (4, 64)  # another bucket's rows entry does not apply
+
+
 def test_user_dir_skips_files_that_are_not_tables(user_tables):
     tmp_path = user_tables
     (tmp_path / "bench.json").write_text('[{"shape": "poc"}]')
@@ -223,7 +239,7 @@ def test_split_count_from_waves(monkeypatch, reqs, heads, waves, cap, want):
 
 SHIPPED_TABLES = sorted(p.name for p in resources.files("tq_triton").joinpath("tuning_tables").iterdir())
 TABLE_KEYS = {"match", "attention", "store", "xpu_launch_options"}
-BUCKETS = {"*", "q1", "q2", "q4", "q8", "q16"}
+BUCKETS = {"*"} | {f"q{q}{rows}" for q in (1, 2, 4, 8, 16) for rows in ["", *(f":m{m}" for m in (16, 32, 64, 128))]}
 
 
 @pytest.mark.parametrize("name", SHIPPED_TABLES)
@@ -253,18 +269,32 @@ def test_shipped_tables_hold_only_what_the_loader_reads(name):
 
 
 @pytest.mark.parametrize(
-    ("device_name", "preset", "q_len", "want"),
+    ("device_name", "preset", "q_len", "rows", "want"),
     [
-        ("NVIDIA H200", "turboquant_k3v4_nc", 1, {"block_kv": 32, "num_warps": 1, "value_acc": 1, "value_words": 1}),
-        ("NVIDIA H200", "turboquant_k8v4", 1, {"num_stages": 3, "prefetch": 0, "max_registers": 168}),
-        ("NVIDIA H200", "turboquant_4bit_nc", 8, {"block_kv": 64, "num_warps": 4, "kv_splits": 32}),
-        ("Intel(R) Arc(TM) B580 Graphics", "turboquant_k8v4", 8, {"block_kv": 32, "prefetch": 0, "waves": 2}),
+        (
+            "NVIDIA H200",
+            "turboquant_k3v4_nc",
+            1,
+            16,
+            {"block_kv": 32, "num_warps": 1, "value_acc": 1, "value_words": 1},
+        ),
+        ("NVIDIA H200", "turboquant_k8v4", 1, 16, {"num_stages": 3, "prefetch": 0, "max_registers": 168}),
+        ("NVIDIA H200", "turboquant_k8v4", 8, 32, {"block_kv": 32, "num_warps": 2, "kv_splits": 0, "waves": 16}),
+        ("NVIDIA H200", "turboquant_k8v4", 8, 64, {"block_kv": 64, "num_warps": 4, "kv_splits": 32}),
+        ("NVIDIA H200", "turboquant_4bit_nc", 8, 32, {"block_kv": 64, "num_warps": 4, "kv_splits": 32}),
+        ("Intel(R) Arc(TM) B580 Graphics", "turboquant_k8v4", 8, 32, {"block_kv": 32, "prefetch": 0, "waves": 2}),
     ],
 )
-def test_shipped_tables_are_found_and_read(device_name, preset, q_len, want, monkeypatch, user_tables):
+def test_shipped_tables_are_found_and_read(device_name, preset, q_len, rows, want, monkeypatch, user_tables):
     monkeypatch.setattr(tuning, "device_key", lambda dev: device_name)
-    cfg = tuning.attention_config(torch.device("cuda", 0), preset, q_len)
+    cfg = tuning.attention_config(torch.device("cuda", 0), preset, q_len, rows)
     assert {k: getattr(cfg, k) for k in want} == want
+
+
+@pytest.mark.parametrize(("device_name", "want"), [("NVIDIA H200", 1), ("Intel(R) Arc(TM) B580 Graphics", 0)])
+def test_shipped_store_entries_choose_the_code_search(device_name, want, monkeypatch, user_tables):
+    monkeypatch.setattr(tuning, "device_key", lambda dev: device_name)
+    assert tuning.store_config(torch.device("cuda", 0), "turboquant_k3v4_nc").code_search == want
 
 
 def test_triton_backend_is_registered():
@@ -315,15 +345,21 @@ def test_query_buckets(q_len, bucket):
 
 @pytest.mark.parametrize(
     ("group", "q_lens", "buckets"),
-    # without the max_query_len hint the launcher assumes the longest possible request
-    [(4, [1, 1], ["q1", "q1"]), (8, [1, 1], ["q1", "q1"]), (4, [8, 3], ["q16", "q8"])],
+    # without the max_query_len hint the launcher assumes the longest possible request;
+    # the rows are those of one program's tile (q heads padded to a power of two, times tokens)
+    [
+        (4, [1, 1], [("q1", 16), ("q1", 16)]),
+        (8, [1, 1], [("q1", 16), ("q1", 16)]),
+        (4, [8, 3], [("q16", 64), ("q8", 32)]),
+        (3, [8, 3], [("q16", 64), ("q8", 32)]),
+    ],
 )
 def test_attention_looks_up_the_query_length_bucket(monkeypatch, gen, device, group, q_lens, buckets):
     # decode with 4 q heads per kv head runs 4-token tiles; its table entry is still q1
     seen = []
 
-    def spy(dev, preset, max_query_len):
-        seen.append(tuning.q_bucket(max_query_len))
+    def spy(dev, preset, max_query_len, rows=None):
+        seen.append((tuning.q_bucket(max_query_len), rows))
         return tuning.AttentionConfig(block_kv=16, num_warps=4, num_stages=1)
 
     monkeypatch.setattr(plan, "attention_config", spy)

@@ -63,3 +63,5 @@ def test_every_bf16_candidate_computes_the_case(shape, device):
             got, ref = got[last], ref[last]
         torch.testing.assert_close(got, ref, atol=2e-2, rtol=2e-2, msg=lambda m, label=label: f"{label}: {m}")
     assert any("math" in label for label in ran), f"the math backend should run everywhere: {ran}"
+    if shape.q_lens and case.query.is_cuda and hasattr(torch.ops.aten, "_flash_attention_forward"):
+        assert "flash-varlen" in ran, ran  # the one-call ragged baseline must not fail silently

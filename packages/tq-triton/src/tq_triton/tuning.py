@@ -6,7 +6,10 @@ power of two, at most 16; ``q1`` is decode, ``q8`` speculative verification of 7
 built-in defaults, then the first table whose ``match`` substrings occur in the device
 name (user tables in ``$TQ_TUNING_DIR`` or ``~/.cache/tq/tuning`` before the shipped
 ones), reading ``attention.default["*"]``, ``attention.default[b]``, ``attention[p]["*"]``,
-``attention[p][b]`` in that order, then the environment variables of
+``attention[p][b]`` in that order, then ``attention[p]["b:mM"]`` where the tile has ``M`` query
+rows (the q heads of a GQA group, padded to a power of two, times the query tokens per program:
+verification with 8 q heads per kv head has 64-row tiles, with 4 it has 32-row tiles, and the
+best number of warps follows the rows), then the environment variables of
 :data:`ENV_OVERRIDES` (``TQ_BLOCK_KV``, ``TQ_NUM_WARPS``, ... ``TQ_VALUE_WORDS``). The
 store reads its table entry, then :data:`STORE_ENV_OVERRIDES` (``TQ_CODE_SEARCH``).
 """
@@ -188,7 +191,9 @@ def _env_overrides(overrides: dict[str, str] = ENV_OVERRIDES) -> tuple[tuple[str
 
 
 @functools.cache
-def _attention_cached(dev_name: str, preset: str, bucket: str, env: tuple[tuple[str, int], ...]) -> AttentionConfig:
+def _attention_cached(
+    dev_name: str, preset: str, bucket: str, env: tuple[tuple[str, int], ...], rows: int = 0
+) -> AttentionConfig:
     cfg = AttentionConfig()
     t = table_for(dev_name)
     if t is not None:
@@ -198,12 +203,15 @@ def _attention_cached(dev_name: str, preset: str, bucket: str, env: tuple[tuple[
             sec = att.get(section, {})
             cfg = _apply(cfg, sec.get("*"), where)
             cfg = _apply(cfg, sec.get(bucket), where)
+            if rows:
+                cfg = _apply(cfg, sec.get(f"{bucket}:m{rows}"), where)
     return _apply(cfg, dict(env), "environment")
 
 
-def attention_config(device: torch.device, preset: str, max_query_len: int) -> AttentionConfig:
-    """Launch parameters for a batch whose longest request has ``max_query_len`` query tokens."""
-    return _attention_cached(device_key(device), preset, q_bucket(max_query_len), _env_overrides())
+def attention_config(device: torch.device, preset: str, max_query_len: int, rows: int | None = None) -> AttentionConfig:
+    """Launch parameters for a batch whose longest request has ``max_query_len`` query tokens;
+    ``rows``: the query rows of one program's tile, for entries keyed by them (``"q8:m64"``)."""
+    return _attention_cached(device_key(device), preset, q_bucket(max_query_len), _env_overrides(), rows or 0)
 
 
 @functools.cache

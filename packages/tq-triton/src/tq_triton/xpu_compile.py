@@ -153,11 +153,12 @@ def xe2_table() -> dict[str, Any]:
     return table
 
 
-def attention_cfg(preset: str, query_len: int) -> Any:
-    """What ``attention.plan.plan_config`` returns on an Xe2 card (no environment overrides)."""
+def attention_cfg(preset: str, query_len: int, rows: int = 0) -> Any:
+    """What ``attention.plan.plan_config`` returns on an Xe2 card for tiles of ``rows`` query
+    rows (no environment overrides)."""
     from .tuning import _attention_cached, q_bucket
 
-    return _attention_cached(XE2_DEVICE_NAME, preset, q_bucket(query_len), ())
+    return _attention_cached(XE2_DEVICE_NAME, preset, q_bucket(query_len), (), rows)
 
 
 def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
@@ -199,8 +200,8 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
             for g in groups:
                 g_pad = next_pow2(g)
                 for qlen in QUERY_LENS:
-                    cfg = attention_cfg(name, qlen)
                     block_q = plan_block_q(g_pad, qlen)
+                    cfg = attention_cfg(name, qlen, block_q * g_pad)
                     for splits in (1, MULTI_SPLITS):
                         cx = kernel_constexprs(p, fields, cfg, g, g * NUM_KV_HEADS, splits, block_q)
                         for n in ("stride_bc", "stride_sl", "stride_qs"):

@@ -131,7 +131,7 @@ def attention(
     p = args.preset
     longest = longest_query(nq, args.num_reqs, max_query_len)
     block_q = plan_block_q(g_pad, longest)
-    cfg = config or plan_config(query.device, p.name, longest)
+    cfg = config or plan_config(query.device, p.name, longest, block_q * g_pad)
     splits = num_kv_splits if num_kv_splits is not None else plan_splits(cfg, query.device, args.num_reqs, hk)
     dev = query.device
     key_lut = key_lut_mode(p, cfg, dev)

@@ -42,7 +42,7 @@ def plan_splits(cfg: AttentionConfig, device: torch.device, num_reqs: int, num_k
     return max(1, min(cfg.max_kv_splits, want))
 
 
-def plan_config(device: torch.device, preset: str, longest: int) -> AttentionConfig:
-    """The tuned launch parameters; tables are keyed by the query length (decode, verify), not
-    by the padded tile rows."""
-    return attention_config(device, preset, longest)
+def plan_config(device: torch.device, preset: str, longest: int, rows: int | None = None) -> AttentionConfig:
+    """The tuned launch parameters; tables are keyed by the query length (decode, verify) and,
+    where an entry names them, by the tile's query rows ``rows`` (``block_q * group_pad``)."""
+    return attention_config(device, preset, longest, rows)

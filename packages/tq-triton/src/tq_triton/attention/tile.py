@@ -152,14 +152,25 @@ def attend_tile(
     p = tl.exp2(s * q_scale - m_ref[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
 
+    # Values are decoded to fp16 numbers by setting bits only, and the value scales are folded
+    # into the probabilities, normalised by the tile's largest scale smax.
     if VALUE_WORDS:
-        # fp16 code - 8 (exact), two codes per 32-bit operation; value_t = zero_t + scale_t
-        # (code_t - 8) + 8 scale_t, so sum_t p_t value_t = smax dot(pw, v16) + sum_t p_t mid_t
+        # fp16 code - 8 (exact), two codes per 32-bit operation
         v16 = centred_values(cv0, BLOCK_KV, D)
-        vscale = cvs.to(tl.float32)
-        smax = tl.max(vscale, axis=0)
-        smax = tl.where(smax > 0, smax, 1.0)
-        pw = (p * (vscale / smax)[None, :]).to(tl.float16)
+    else:
+        # 1 + code / 2^VBITS
+        vc = unpack(cv0, cv1, cv2, VBITS, BLOCK_KV, D)
+        v16 = ((vc << (10 - VBITS)) | 0x3C00).to(tl.uint16).to(tl.float16, bitcast=True)
+        if VALUE_ACC:
+            v16 = v16 - 1.5  # centred: code / 2^VBITS - 1/2, exact (see below)
+    vscale = cvs.to(tl.float32)
+    smax = tl.max(vscale, axis=0)
+    smax = tl.where(smax > 0, smax, 1.0)
+    pw = (p * (vscale / smax)[None, :]).to(tl.float16)
+
+    if VALUE_WORDS:
+        # value_t = zero_t + scale_t (code_t - 8) + 8 scale_t, so
+        # sum_t p_t value_t = smax dot(pw, v16) + sum_t p_t mid_t
         mid = cvz.to(tl.float32) + vscale * 8.0
         if VALUE_ACC:
             acc = tl.dot(pw, v16, acc * (alpha * (f_i / smax))[:, None])
@@ -169,18 +180,8 @@ def attend_tile(
             acc = acc * alpha[:, None] + tl.dot(pw, v16) * smax + tl.sum(p * mid[None, :], axis=1)[:, None]
             return m_new, l_i, acc, r_i, f_i
 
-    # value codes become the fp16 numbers 1 + code / 2^VBITS by setting bits only, and the
-    # scales are folded into the probabilities (normalised by the tile's largest scale;
-    # f = smax 2^VBITS): sum_t p_t (zero_t + code_t scale_t) then follows from one matrix
+    # With f = smax 2^VBITS, sum_t p_t (zero_t + code_t scale_t) follows from one matrix
     # product. The output is kept as f_i * acc + r_i.
-    vc = unpack(cv0, cv1, cv2, VBITS, BLOCK_KV, D)
-    v16 = ((vc << (10 - VBITS)) | 0x3C00).to(tl.uint16).to(tl.float16, bitcast=True)
-    if VALUE_ACC:
-        v16 = v16 - 1.5  # centred: code / 2^VBITS - 1/2, exact (see below)
-    vscale = cvs.to(tl.float32)
-    smax = tl.max(vscale, axis=0)
-    smax = tl.where(smax > 0, smax, 1.0)
-    pw = (p * (vscale / smax)[None, :]).to(tl.float16)
     f = smax * (1 << VBITS)
     if VALUE_ACC:
         # The matrix unit accumulates into acc, rescaled by one factor per row: no other pass

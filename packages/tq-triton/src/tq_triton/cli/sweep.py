@@ -30,8 +30,10 @@ from ..tuning import AttentionConfig, StoreConfig
 from . import gpu_device
 from ._progress import progress
 
-# bucket -> the shape its entry is measured on
-BUCKET_SHAPES = {"q1": "decode-32k", "q8": "verify-32k"}
+# bucket -> the shape its entry is measured on. verify-32k (4 q heads per kv head) has 32-row
+# tiles and poc (8 per kv head) 64-row ones; their best warp counts differ, so poc's entry is
+# keyed by its rows ("q8:m64", read after "q8": see tuning)
+BUCKET_SHAPES = {"q1": "decode-32k", "q8": "verify-32k", "q8:m64": "poc"}
 
 MODES = {"prefetch": 1, "pipeline": 0}
 
@@ -60,10 +62,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--buckets",
         type=choice_list(BUCKET_SHAPES, "bucket"),
-        default="q1,q8",
+        default="q1,q8,q8:m64",
         help="comma list of query buckets to sweep: "
         + ", ".join(f"{b} (on {s})" for b, s in BUCKET_SHAPES.items())
-        + " (default q1,q8)",
+        + " (default q1,q8,q8:m64)",
     )
     p.add_argument(
         "--block-kv", type=int_list(1), default="32,64", help="comma list of key/value tile sizes (default 32,64)"
@@ -241,8 +243,8 @@ def run(args: argparse.Namespace) -> int:
         entry = table_entry(best[1], best[0])
         sec = table["attention"].setdefault(preset, {})
         sec[bucket] = entry
-        # the verify bucket also serves the buckets nobody swept
-        if bucket == "q8" or "*" not in sec:
+        # the verify bucket also serves the buckets nobody swept (a rows entry serves only its rows)
+        if ":" not in bucket and (bucket == "q8" or "*" not in sec):
             sec["*"] = dict(entry)
     if not args.no_store:
         _sweep_store(table, presets, dev)
