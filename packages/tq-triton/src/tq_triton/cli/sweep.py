@@ -31,7 +31,7 @@ from . import gpu_device
 from ._progress import progress
 
 # bucket -> the shape its entry is measured on. verify-32k (4 q heads per kv head) has 32-row
-# tiles and poc (8 per kv head) 64-row ones; their best warp counts differ, so poc's entry is
+# tiles and poc (8 per kv head) 64-row ones; their best tiles can differ, so poc's entry is
 # keyed by its rows ("q8:m64", read after "q8": see tuning)
 BUCKET_SHAPES = {"q1": "decode-32k", "q8": "verify-32k", "q8:m64": "poc"}
 
@@ -68,7 +68,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         + " (default q1,q8,q8:m64)",
     )
     p.add_argument(
-        "--block-kv", type=int_list(1), default="32,64", help="comma list of key/value tile sizes (default 32,64)"
+        "--block-kv",
+        type=int_list(1),
+        default="32,64,128",
+        help="comma list of key/value tile sizes (default 32,64,128)",
     )
     p.add_argument("--warps", type=int_list(1), default="1,2,4", help="comma list of warps per program (default 1,2,4)")
     p.add_argument(
@@ -80,8 +83,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--splits",
         type=int_list(0),
-        default="0,32",
-        help="comma list of split counts; 0 = from the grid size (--waves programs per SM) (default 0,32)",
+        default="0,16,32",
+        help="comma list of split counts; 0 = from the grid size (--waves programs per SM) (default 0,16,32)",
     )
     p.add_argument(
         "--max-registers",
