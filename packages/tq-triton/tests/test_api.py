@@ -71,6 +71,8 @@ def test_debug_mode_checks_metadata_values(monkeypatch, device):
         ("TQ_NUM_KV_SPLITS", "-1", "in \\["),
         ("TQ_MAX_REGISTERS", "256", "in \\["),
         ("TQ_VALUE_ACC", "2", "in \\["),
+        ("TQ_MIN_ROWS", "48", "power of two"),
+        ("TQ_MIN_ROWS", "8", "in \\["),
     ],
 )
 def test_env_overrides_are_validated(monkeypatch, var, value, match):
@@ -237,6 +239,41 @@ def test_split_count_from_waves(monkeypatch, reqs, heads, waves, cap, want):
     assert plan.plan_splits(replace(cfg, kv_splits=7), torch.device("cpu"), reqs, heads) == 7
 
 
+@pytest.mark.parametrize(
+    ("group_pad", "q_len", "min_rows", "block_q"),
+    [
+        (4, 8, 16, 8),
+        (4, 8, 64, 16),  # a 32-row verify tile padded to 64 rows
+        (8, 8, 64, 8),  # already 64 rows
+        (4, 1, 16, 4),
+        (4, 1, 64, 16),
+        (1, 3, 32, 32),
+        (32, 8, 128, 4),  # MAX_BLOCK_M caps the rows
+        (128, 1, 128, 1),
+    ],
+)
+def test_block_q_pads_the_tile_to_min_rows(group_pad, q_len, min_rows, block_q):
+    assert plan.plan_block_q(group_pad, q_len, min_rows) == block_q
+
+
+def test_min_rows_pads_the_launched_tile_and_keeps_the_result(monkeypatch, gen, device):
+    calls = []
+    real = plan.plan_block_q
+
+    def spy(*args):
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(plan, "plan_block_q", spy)
+    b = make_batch(gen, "turboquant_k8v4", [40, 21], [8, 3], head_dim=64, num_kv_heads=1, group=4, device=device)
+    cfg = tuning.AttentionConfig(block_kv=16, num_warps=4, num_stages=1)
+    want = tq_triton.attention(*b.args(), max_query_len=8, config=cfg)
+    assert calls == [(4, 8)]
+    got = tq_triton.attention(*b.args(), max_query_len=8, config=replace(cfg, min_rows=64))
+    assert calls[1:] == [(4, 8), (4, 8, 64)]
+    torch.testing.assert_close(got, want, atol=2e-3, rtol=2e-3)
+
+
 SHIPPED_TABLES = sorted(p.name for p in resources.files("tq_triton").joinpath("tuning_tables").iterdir())
 TABLE_KEYS = {"match", "attention", "store", "xpu_launch_options"}
 BUCKETS = {"*"} | {f"q{q}{rows}" for q in (1, 2, 4, 8, 16) for rows in ["", *(f":m{m}" for m in (16, 32, 64, 128))]}
@@ -281,7 +318,8 @@ def test_shipped_tables_hold_only_what_the_loader_reads(name):
         ("NVIDIA H200", "turboquant_k8v4", 1, 16, {"num_stages": 3, "prefetch": 0, "max_registers": 168}),
         ("NVIDIA H200", "turboquant_k8v4", 8, 32, {"block_kv": 128, "num_warps": 4, "kv_splits": 16}),
         ("NVIDIA H200", "turboquant_k8v4", 8, 64, {"block_kv": 64, "num_warps": 4, "kv_splits": 16}),
-        ("NVIDIA H200", "turboquant_k3v4_nc", 8, 64, {"block_kv": 128, "num_warps": 4, "kv_splits": 16}),
+        ("NVIDIA H200", "turboquant_k3v4_nc", 8, 32, {"block_kv": 128, "kv_splits": 16, "min_rows": 64}),
+        ("NVIDIA H200", "turboquant_k8v4", 8, 32, {"min_rows": 16}),
         ("NVIDIA H200", "turboquant_4bit_nc", 8, 32, {"block_kv": 64, "num_warps": 4, "kv_splits": 32}),
         ("Intel(R) Arc(TM) B580 Graphics", "turboquant_k8v4", 8, 32, {"block_kv": 32, "prefetch": 0, "waves": 2}),
     ],

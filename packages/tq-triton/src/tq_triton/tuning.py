@@ -57,6 +57,11 @@ class AttentionConfig:
     # experimental: 1 decodes 4-bit value codes two per 32-bit operation (value_words.py);
     # presets with 3-bit values ignore it
     value_words: int = 0
+    # the fewest query rows of one program's tile: a tile with fewer rows (q heads of the GQA
+    # group, padded to a power of two, times query tokens) takes more query tokens per program
+    # and masks the extra rows. On an H200, 64 rows let Triton use Hopper's warpgroup matrix
+    # instructions with both operands in shared memory
+    min_rows: int = 16
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,7 @@ _LIMITS: dict[str, tuple[int, int, bool]] = {
     "key_lut": (0, 2, False),
     "code_search": (0, 1, False),
     "value_words": (0, 1, False),
+    "min_rows": (16, 128, True),
 }
 ENV_OVERRIDES = {
     "TQ_BLOCK_KV": "block_kv",
@@ -96,6 +102,7 @@ ENV_OVERRIDES = {
     "TQ_VALUE_ACC": "value_acc",
     "TQ_KEY_LUT": "key_lut",
     "TQ_VALUE_WORDS": "value_words",
+    "TQ_MIN_ROWS": "min_rows",
 }
 STORE_ENV_OVERRIDES = {
     "TQ_CODE_SEARCH": "code_search",

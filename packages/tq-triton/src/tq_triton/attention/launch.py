@@ -14,7 +14,7 @@ from ..device import check_runnable, interpreter_active
 from ..device_tensors import codebook, dummy, lut_table
 from ..tuning import AttentionConfig, launch_options, register_cap
 from .kernel import attention_kernel, merge_kernel
-from .plan import MAX_BLOCK_M, longest_query, next_pow2, plan_block_q, plan_config, plan_splits
+from .plan import MAX_BLOCK_M, longest_query, next_pow2, plan_splits, plan_tile
 
 LOG2E = 1.4426950408889634
 # log2 of the headroom above fp16's largest number that the query keeps in the fp16
@@ -130,8 +130,7 @@ def attention(
         query = query.contiguous()
     p = args.preset
     longest = longest_query(nq, args.num_reqs, max_query_len)
-    block_q = plan_block_q(g_pad, longest)
-    cfg = config or plan_config(query.device, p.name, longest, block_q * g_pad)
+    cfg, block_q = plan_tile(query.device, p.name, g_pad, longest, config)
     splits = num_kv_splits if num_kv_splits is not None else plan_splits(cfg, query.device, args.num_reqs, hk)
     dev = query.device
     key_lut = key_lut_mode(p, cfg, dev)

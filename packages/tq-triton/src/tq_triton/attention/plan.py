@@ -26,11 +26,25 @@ def longest_query(num_query_tokens: int, num_reqs: int, max_query_len: int | Non
     return max_query_len if max_query_len is not None else num_query_tokens - num_reqs + 1
 
 
-def plan_block_q(group_pad: int, max_query_len: int) -> int:
-    """Query tokens per program chunk for a batch whose longest request has ``max_query_len``."""
+def plan_block_q(group_pad: int, max_query_len: int, min_rows: int = 16) -> int:
+    """Query tokens per program chunk for a batch whose longest request has ``max_query_len``,
+    so that the tile has at least ``min_rows`` rows (a power of two >= 16: tl.dot needs 16)
+    where MAX_BLOCK_M allows."""
     q = next_pow2(max(1, min(max_query_len, MAX_QUERY_LEN)))
-    q = max(q, 16 // group_pad if group_pad < 16 else 1)  # tl.dot needs >= 16 rows
+    q = max(q, min_rows // group_pad if group_pad < min_rows else 1)
     return max(1, min(q, MAX_BLOCK_M // group_pad))
+
+
+def plan_tile(
+    device: torch.device, preset: str, group_pad: int, longest: int, config: AttentionConfig | None = None
+) -> tuple[AttentionConfig, int]:
+    """The launch parameters (``config`` or the tuned ones, looked up by the tile's natural
+    rows) and the query tokens per program, padded to the parameters' ``min_rows``."""
+    block_q = plan_block_q(group_pad, longest)
+    cfg = config or plan_config(device, preset, longest, block_q * group_pad)
+    if cfg.min_rows > block_q * group_pad:
+        block_q = plan_block_q(group_pad, longest, cfg.min_rows)
+    return cfg, block_q
 
 
 def plan_splits(cfg: AttentionConfig, device: torch.device, num_reqs: int, num_kv_heads: int) -> int:

@@ -121,6 +121,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         f"(default {AttentionConfig.value_words})",
     )
     p.add_argument(
+        "--min-rows",
+        type=int_list(16, choices=(16, 32, 64, 128)),
+        default=str(AttentionConfig.min_rows),
+        help="comma list of the fewest query rows per tile (powers of two, 16-128): a verify tile with "
+        f"fewer rows takes more query tokens (default {AttentionConfig.min_rows})",
+    )
+    p.add_argument(
         "--seq-len", type=positive_int, default=None, help="override the shapes' sequence length (default 32768)"
     )
     p.add_argument(
@@ -148,10 +155,11 @@ def attention_grid(
     value_acc: list[int] | None = None,
     key_lut: list[int] | None = None,
     value_words: list[int] | None = None,
+    min_rows: list[int] | None = None,
 ) -> list[AttentionConfig]:
     """Every combination to time; `modes` are (prefetch, stages). Waves only vary where the
     split count is chosen from the grid (splits 0); fixed split counts are timed once.
-    `value_acc`, `key_lut`, `value_words`: None keeps AttentionConfig's default."""
+    `value_acc`, `key_lut`, `value_words`, `min_rows`: None keeps AttentionConfig's default."""
     return [
         AttentionConfig(
             block_kv=bkv,
@@ -164,12 +172,14 @@ def attention_grid(
             value_acc=va,
             key_lut=kl,
             value_words=vw,
+            min_rows=mr,
         )
         for bkv, w, (pf, st), sp, reg in itertools.product(block_kv, warps, modes, splits, max_registers)
         for wv in (waves if sp == 0 else [AttentionConfig.waves])
         for va in (value_acc or [AttentionConfig.value_acc])
         for kl in (key_lut or [AttentionConfig.key_lut])
         for vw in (value_words or [AttentionConfig.value_words])
+        for mr in (min_rows or [AttentionConfig.min_rows])
     ]
 
 
@@ -185,6 +195,7 @@ def table_entry(cfg: AttentionConfig, ms: float) -> dict[str, int | float]:
         "value_acc",
         "key_lut",
         "value_words",
+        "min_rows",
     ]
     if cfg.kv_splits == 0:
         keys.append("waves")
@@ -205,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
         args.value_acc,
         args.key_lut,
         args.value_words,
+        args.min_rows,
     )
     dev = gpu_device()
     name = device_key(dev)
