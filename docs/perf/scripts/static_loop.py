@@ -10,6 +10,7 @@ through the line table. Example, the shipped H200 decode configuration::
     PYTHONPATH=/tmp/t36:packages/tq-core/src:packages/tq-triton/src \\
         python3 docs/perf/scripts/static_loop.py --preset turboquant_k3v4_nc --block-kv 32 --warps 1
 
+``--gluon`` counts the experimental explicit-layout kernel (attention/gluon_kernel.py) instead.
 Static counts rank the work in a loop; they do not predict time (docs/perf/h200.md).
 """
 
@@ -164,11 +165,23 @@ def main() -> None:
     ap.add_argument("--splits", type=int, default=33)
     ap.add_argument("--max-registers", type=int, default=0)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument(
+        "--gluon",
+        action="store_true",
+        help="the experimental explicit-layout kernel (fp8 keys, 4-bit values; one warp per 16 rows: "
+        "--warps, --prefetch, --stages, --value-acc, --key-lut, --value-words, --max-registers do not apply)",
+    )
     args = ap.parse_args()
     if args.group * args.block_q < 16 or not math.log2(args.group).is_integer():
         ap.error("rows (group x block-q) must be >= 16 and group a power of two")
 
-    kernel = compile_kernel(args)
+    if args.gluon:
+        from tq_triton.attention.gluon_launch import compile_gluon
+
+        kernel = compile_gluon(args.preset, args.group, args.block_q, args.block_kv, args.head_dim, args.splits)
+        args.warps = args.group * args.block_q // 16
+    else:
+        kernel = compile_kernel(args)
     rows, labels = disassemble(kernel.asm["cubin"])
     loop = inner_loop(rows, labels)
     if loop is None:

@@ -62,6 +62,10 @@ class AttentionConfig:
     # and masks the extra rows. On an H200, 64 rows let Triton use Hopper's warpgroup matrix
     # instructions with both operands in shared memory
     min_rows: int = 16
+    # experimental, cuda: 1 runs the explicit-layout (Gluon) kernel where it applies
+    # (attention/gluon_launch.py: fp8 keys, 4-bit values, tiles of 16-64 rows); elsewhere,
+    # and by default, the portable Triton kernel
+    gluon: int = 0
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,7 @@ _LIMITS: dict[str, tuple[int, int, bool]] = {
     "code_search": (0, 1, False),
     "value_words": (0, 1, False),
     "min_rows": (16, 128, True),
+    "gluon": (0, 1, False),
 }
 ENV_OVERRIDES = {
     "TQ_BLOCK_KV": "block_kv",
@@ -103,6 +108,7 @@ ENV_OVERRIDES = {
     "TQ_KEY_LUT": "key_lut",
     "TQ_VALUE_WORDS": "value_words",
     "TQ_MIN_ROWS": "min_rows",
+    "TQ_GLUON": "gluon",
 }
 STORE_ENV_OVERRIDES = {
     "TQ_CODE_SEARCH": "code_search",

@@ -13,6 +13,7 @@ from tq_core.contract import check_attention_args, debug_enabled
 from ..device import check_runnable, interpreter_active
 from ..device_tensors import codebook, dummy, lut_table
 from ..tuning import AttentionConfig, launch_options, register_cap
+from .gluon_launch import gluon_applies, launch_gluon
 from .kernel import attention_kernel, merge_kernel
 from .plan import MAX_BLOCK_M, longest_query, next_pow2, plan_splits, plan_tile
 
@@ -147,7 +148,8 @@ def attention(
         lse = torch.empty(nq * hq * splits, dtype=torch.float32, device=dev)
     else:
         partial = lse = dummy(dev)
-    attention_kernel[(args.num_reqs, hk, splits)](
+    grid = (args.num_reqs, hk, splits)
+    kernel_args = (
         query,
         kv_cache,
         block_table,
@@ -170,22 +172,30 @@ def attention(
         block_table.stride(1),
         seq_lens.stride(0),
         query_start_loc.stride(0),
-        **kernel_constexprs(
-            p,
-            args.fields.constexprs(),
-            cfg,
-            group,
-            hq,
-            splits,
-            block_q,
-            saturate_query=not cast_saturates(dev),
-            key_lut=key_lut,
-            value_words=bool(cfg.value_words) and p.value_bits == 4,
-        ),
-        num_warps=cfg.num_warps,
-        **launch_options(dev),
-        **register_cap(dev, cfg.max_registers),
     )
+    constexprs = kernel_constexprs(
+        p,
+        args.fields.constexprs(),
+        cfg,
+        group,
+        hq,
+        splits,
+        block_q,
+        saturate_query=not cast_saturates(dev),
+        key_lut=key_lut,
+        value_words=bool(cfg.value_words) and p.value_bits == 4,
+    )
+    block_size = kv_cache.shape[1]
+    if cfg.gluon and gluon_applies(p, d, block_q * g_pad, cfg.block_kv, block_size, dev, _nvidia(dev)):
+        launch_gluon(grid, kernel_args, constexprs)
+    else:
+        attention_kernel[grid](
+            *kernel_args,
+            **constexprs,
+            num_warps=cfg.num_warps,
+            **launch_options(dev),
+            **register_cap(dev, cfg.max_registers),
+        )
     if splits > 1:
         merge_kernel[(nq, hq)](
             partial,

@@ -128,6 +128,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         f"fewer rows takes more query tokens (default {AttentionConfig.min_rows})",
     )
     p.add_argument(
+        "--gluon",
+        type=int_list(0, choices=(0, 1)),
+        default=str(AttentionConfig.gluon),
+        help="comma list of 0/1; 1: the experimental explicit-layout kernel where it applies (cuda, fp8 keys "
+        f"and 4-bit values, tiles of 16-64 tokens; its warps follow the rows) (default {AttentionConfig.gluon})",
+    )
+    p.add_argument(
         "--seq-len", type=positive_int, default=None, help="override the shapes' sequence length (default 32768)"
     )
     p.add_argument(
@@ -156,10 +163,11 @@ def attention_grid(
     key_lut: list[int] | None = None,
     value_words: list[int] | None = None,
     min_rows: list[int] | None = None,
+    gluon: list[int] | None = None,
 ) -> list[AttentionConfig]:
     """Every combination to time; `modes` are (prefetch, stages). Waves only vary where the
     split count is chosen from the grid (splits 0); fixed split counts are timed once.
-    `value_acc`, `key_lut`, `value_words`, `min_rows`: None keeps AttentionConfig's default."""
+    `value_acc`, `key_lut`, `value_words`, `min_rows`, `gluon`: None keeps AttentionConfig's default."""
     return [
         AttentionConfig(
             block_kv=bkv,
@@ -173,6 +181,7 @@ def attention_grid(
             key_lut=kl,
             value_words=vw,
             min_rows=mr,
+            gluon=gk,
         )
         for bkv, w, (pf, st), sp, reg in itertools.product(block_kv, warps, modes, splits, max_registers)
         for wv in (waves if sp == 0 else [AttentionConfig.waves])
@@ -180,6 +189,7 @@ def attention_grid(
         for kl in (key_lut or [AttentionConfig.key_lut])
         for vw in (value_words or [AttentionConfig.value_words])
         for mr in (min_rows or [AttentionConfig.min_rows])
+        for gk in (gluon or [AttentionConfig.gluon])
     ]
 
 
@@ -196,6 +206,7 @@ def table_entry(cfg: AttentionConfig, ms: float) -> dict[str, int | float]:
         "key_lut",
         "value_words",
         "min_rows",
+        "gluon",
     ]
     if cfg.kv_splits == 0:
         keys.append("waves")
@@ -217,6 +228,7 @@ def run(args: argparse.Namespace) -> int:
         args.key_lut,
         args.value_words,
         args.min_rows,
+        args.gluon,
     )
     dev = gpu_device()
     name = device_key(dev)

@@ -1,0 +1,394 @@
+"""Experimental: the attention kernel with explicit layouts (Gluon), for NVIDIA GPUs.
+
+Same arguments, results and memory rules as ``kernel.attention_kernel``, for presets with
+fp8 keys and 4-bit values (k8v4). What it states that Triton chooses for the portable
+kernel:
+
+- one warp per 16 query rows (``mma.sync`` m16n8k16, warps along the rows), so the online
+  softmax's row reductions stay inside a warp;
+- addresses per cache block, not per token: a tile is ``BLOCK_KV // TPB`` groups of
+  ``TPB`` consecutive positions that share a block, and each field of a block is
+  contiguous, so each group costs one block id and one base pointer per field;
+- each key/value tile is decoded once per program, every warp decoding its share of the
+  tokens, into shared buffers with 16-byte rows; each warp then reads the whole tile as
+  its B operand fragments; value codes are decoded two per 32-bit operation
+  (``value_words``' column order, undone where the output is stored);
+- the causal and length masks only on the tiles that need them;
+- the probabilities pass from the score product's accumulator to the value product's A
+  operand in registers;
+- each tile's loads are issued one iteration ahead, into registers.
+
+Gluon kernels do not run under Triton's interpreter: ``tests/test_gluon_kernel.py``
+compiles this one for sm_90 on any machine and tests it against tq-core on a GPU. It is
+launched only where ``AttentionConfig.gluon`` is 1 (``TQ_GLUON``), on cuda, for the shapes
+``gluon_supports`` accepts.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+
+# Triton 3.6 calls the CTA-wide barrier thread_barrier; later versions call it barrier
+_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+
+
+@gluon.jit
+def _halves(x):
+    """The two 16-bit halves of each uint32 (low first) as a new last axis of uint16."""
+    return gl.join((x & 0xFFFF).to(gl.uint16), (x >> 16).to(gl.uint16))
+
+
+@gluon.jit
+def _fp8_words_to_fp16(w):
+    """fp8 e4m3 keys packed four per int32 word ``[..., n]`` to fp16 ``[..., n, 2, 2]`` (byte
+    ``2 a + b`` of a word at ``[a, b]``): two ``cvt.rn.f16x2.e4m3x2`` per word (sm_89 and
+    later), on the word's halves, with no byte shuffling."""
+    lo, hi = gl.inline_asm_elementwise(
+        "{ .reg .b16 l, h; mov.b32 {l, h}, $2; cvt.rn.f16x2.e4m3x2 $0, l; cvt.rn.f16x2.e4m3x2 $1, h; }",
+        "=r,=r,r",
+        [w],
+        dtype=(gl.uint32, gl.uint32),
+        is_pure=True,
+        pack=1,
+    )
+    return _halves(gl.join(lo, hi)).to(gl.float16, bitcast=True)
+
+
+@gluon.jit
+def _value_words_to_fp16(w):
+    """4-bit value codes packed eight per int32 word ``[..., n]`` to fp16 ``1024 + code``
+    ``[..., n, 2, 2, 2]``: nibbles ``J`` and ``J + 4`` sit 16 bits apart, so one ``lop3``
+    (``(x & 0x000F000F) | 0x64006400``) after a shift makes both halves of an fp16 pair.
+    Element ``[a, b, h]`` is nibble ``2 a + b + 4 h`` (``value_words.value_columns``' order)."""
+    p0, p1, p2, p3 = gl.inline_asm_elementwise(
+        "{ .reg .b32 t; lop3.b32 $0, $4, 0x000F000F, 0x64006400, 0xEA; "
+        "shr.b32 t, $4, 4; lop3.b32 $1, t, 0x000F000F, 0x64006400, 0xEA; "
+        "shr.b32 t, $4, 8; lop3.b32 $2, t, 0x000F000F, 0x64006400, 0xEA; "
+        "shr.b32 t, $4, 12; lop3.b32 $3, t, 0x000F000F, 0x64006400, 0xEA; }",
+        "=r,=r,=r,=r,r",
+        [w],
+        dtype=(gl.uint32, gl.uint32, gl.uint32, gl.uint32),
+        is_pure=True,
+        pack=1,
+    )
+    return _halves(gl.join(gl.join(p0, p2), gl.join(p1, p3))).to(gl.float16, bitcast=True)
+
+
+@gluon.jit
+def _load_tile(
+    bt_row,
+    stride_bc,
+    head_base,
+    stride_blk,
+    start,
+    hi,
+    last_block,
+    kofs,
+    vofs,
+    sofs,
+    tok_k,
+    tok_v,
+    tok_s,
+    BL: gl.constexpr,
+    BLV: gl.constexpr,
+    NB: gl.constexpr,
+    TPB: gl.constexpr,
+    BLOCK_SIZE: gl.constexpr,
+    KEY_OFF: gl.constexpr,
+    KEY_BYTES: gl.constexpr,
+    VAL_OFF: gl.constexpr,
+    VAL_BYTES: gl.constexpr,
+    SCALE_OFF: gl.constexpr,
+    ZERO_OFF: gl.constexpr,
+):
+    """Issue the loads of the tile at ``start`` (nothing from ``hi`` on): fp8 key words
+    ``[NB, TPB, D // 4]``, value words ``[NB, TPB, D // 8]``, value scales and zero points
+    ``[NB, TPB]``. ``kofs``, ``vofs``, ``sofs``: each element's offset inside its group
+    (loop-invariant); ``tok_*``: each element's position inside its group, for the mask.
+    A block id outside ``[0, num_blocks)`` is read as the last block."""
+    g = gl.arange(0, NB, layout=BL)
+    gpos = start + g * TPB
+    blk = gl.load(bt_row + (gpos // BLOCK_SIZE) * stride_bc, mask=gpos < hi, other=0)
+    if blk.dtype == gl.int32:
+        blk = gl.minimum(blk.to(gl.uint32, bitcast=True), last_block.to(gl.uint32))
+    else:
+        blk = gl.minimum(blk.to(gl.int64).to(gl.uint64, bitcast=True), last_block.to(gl.uint64))
+    # the group's first slot in its block, as a byte pointer
+    base = head_base + blk.to(gl.int64) * stride_blk
+    first = (gpos % BLOCK_SIZE).to(gl.int64)
+    left = hi - gpos  # positions of the group still before hi
+
+    krow = (base + KEY_OFF + first * KEY_BYTES).to(gl.pointer_type(gl.int32))
+    kb = gl.load(krow[:, None, None] + kofs, mask=tok_k < left[:, None, None], other=0)
+    vbase = gl.convert_layout(base + VAL_OFF + first * VAL_BYTES, BLV, assert_trivial=True)
+    vleft = gl.convert_layout(left, BLV, assert_trivial=True)
+    vw = gl.load(vbase.to(gl.pointer_type(gl.int32))[:, None, None] + vofs, mask=tok_v < vleft[:, None, None], other=0)
+    sb = base + first * 2
+    vs = gl.load(
+        (sb + SCALE_OFF).to(gl.pointer_type(gl.float16))[:, None] + sofs, mask=tok_s < left[:, None], other=0.0
+    )
+    vz = gl.load((sb + ZERO_OFF).to(gl.pointer_type(gl.float16))[:, None] + sofs, mask=tok_s < left[:, None], other=0.0)
+    return kb, vw, vs, vz
+
+
+@gluon.jit
+def gluon_attention_kernel(
+    Q,
+    Cache,
+    BlockTable,
+    SeqLens,
+    QueryStart,
+    Centroids,
+    Out,
+    Partial,
+    Lse,
+    q_mul,
+    q_scale,
+    num_query_rows,
+    last_block,
+    bt_cap,
+    stride_qt,
+    stride_qh,
+    stride_ot,
+    stride_oh,
+    stride_blk,
+    stride_bt,
+    stride_bc,
+    stride_sl,
+    stride_qs,
+    G: gl.constexpr,
+    G_PAD: gl.constexpr,
+    NUM_Q_HEADS: gl.constexpr,
+    NUM_SPLITS: gl.constexpr,
+    BLOCK_Q: gl.constexpr,
+    BLOCK_KV: gl.constexpr,
+    D: gl.constexpr,
+    LOG2_D: gl.constexpr,
+    BLOCK_SIZE: gl.constexpr,
+    HEAD_STRIDE: gl.constexpr,
+    KEY_OFF: gl.constexpr,
+    KEY_BYTES: gl.constexpr,
+    NORM_OFF: gl.constexpr,
+    VAL_OFF: gl.constexpr,
+    VAL_BYTES: gl.constexpr,
+    SCALE_OFF: gl.constexpr,
+    ZERO_OFF: gl.constexpr,
+    KEY_FP8: gl.constexpr,
+    KBITS: gl.constexpr,
+    VBITS: gl.constexpr,
+    NORM_CORRECTION: gl.constexpr,
+    SATURATE_QUERY: gl.constexpr,
+    WARPS: gl.constexpr,
+):
+    """``WARPS``: the launch's warps, ``BLOCK_Q * G_PAD / 16`` (one per 16 query rows), at
+    most 4. fp8 keys and 4-bit values only; ``Centroids`` is unused (see ``gluon_supports``)."""
+    BLOCK_M: gl.constexpr = BLOCK_Q * G_PAD
+    MAX_SLACK: gl.constexpr = 8.0
+    # positions per group: consecutive positions of one cache block
+    TPB: gl.constexpr = BLOCK_KV if BLOCK_KV < BLOCK_SIZE else BLOCK_SIZE
+    NB: gl.constexpr = BLOCK_KV // TPB
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, 8])
+    A_OP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+    B_OP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
+    ROW: gl.constexpr = gl.SliceLayout(1, MMA)
+    COL: gl.constexpr = gl.SliceLayout(0, MMA)
+    # fp8 key words [NB, TPB, D // 4]: 4 words (16 bytes) per thread along head_dim, lanes
+    # and warps along the group's positions, the groups in registers
+    TD: gl.constexpr = D // 16
+    K3: gl.constexpr = gl.BlockedLayout([1, 1, 4], [1, 32 // TD, TD], [1, WARPS, 1], [2, 1, 0])
+    # value words [NB, TPB, D // 8]: 2 words (16 codes) per thread, the keys' positions per
+    # thread, so one address per group serves both
+    V3: gl.constexpr = gl.BlockedLayout([1, 1, 2], [1, 32 // TD, TD], [1, WARPS, 1], [2, 1, 0])
+    S2: gl.constexpr = gl.SliceLayout(2, K3)
+    BL: gl.constexpr = gl.SliceLayout(1, S2)
+    BLV: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, V3))
+    QL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (D // 8), D // 8], [WARPS, 1], [1, 0])
+    SMEM: gl.constexpr = gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0])
+    SMEM1: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])
+
+    r = gl.program_id(0)
+    h = gl.program_id(1)
+    split = gl.program_id(2)
+    seq_len = gl.load(SeqLens + r * stride_sl).to(gl.int64)
+    seq_len = gl.minimum(gl.maximum(seq_len, 0), bt_cap).to(gl.int32)
+    num_reqs = gl.num_programs(0)
+    rows = gl.minimum(gl.maximum(gl.load(QueryStart + num_reqs * stride_qs).to(gl.int64), 0), num_query_rows)
+    q_start = gl.minimum(gl.maximum(gl.load(QueryStart + r * stride_qs).to(gl.int64), 0), rows)
+    q_end = gl.minimum(gl.maximum(gl.load(QueryStart + (r + 1) * stride_qs).to(gl.int64), q_start), rows)
+    q_start = q_start.to(gl.int32)
+    q_len = q_end.to(gl.int32) - q_start
+    per_split = gl.cdiv(gl.cdiv(seq_len, NUM_SPLITS), BLOCK_KV) * BLOCK_KV
+    kv_lo = split * per_split
+    kv_hi = gl.minimum(kv_lo + per_split, seq_len)
+    head_base = Cache + h.to(gl.int64) * HEAD_STRIDE
+    bt_row = BlockTable + r.to(gl.int64) * stride_bt
+
+    k_s = gl.allocate_shared_memory(gl.float16, [BLOCK_KV, D], SMEM)
+    v_s = gl.allocate_shared_memory(gl.float16, [BLOCK_KV, D], SMEM)
+    q_s = gl.allocate_shared_memory(gl.float16, [BLOCK_M, D], SMEM)
+    sc_s = gl.allocate_shared_memory(gl.float16, [BLOCK_KV], SMEM1)
+    zr_s = gl.allocate_shared_memory(gl.float16, [BLOCK_KV], SMEM1)
+
+    # loop-invariant offsets of each element inside its group
+    tk = gl.arange(0, TPB, layout=gl.SliceLayout(0, S2))
+    dk = gl.arange(0, D // 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, K3)))
+    tok_k = tk[None, :, None]
+    kofs = tok_k * (KEY_BYTES // 4) + dk[None, None, :]
+    tv = gl.arange(0, TPB, layout=gl.SliceLayout(0, gl.SliceLayout(2, V3)))
+    wv = gl.arange(0, D // 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, V3)))
+    tok_v = tv[None, :, None]
+    vofs = tok_v * (VAL_BYTES // 4) + wv[None, None, :]
+    tok_s = tk[None, :]
+    sofs = tok_s
+    # column c of the value tile holds head_dim index value_columns(c) (see value_words.py)
+    dcol = gl.arange(0, D, layout=COL)
+    rc = dcol % 8
+    dout = dcol - rc + rc // 2 + (rc % 2) * 4
+
+    for qc in range(0, q_len, BLOCK_Q):
+        mq = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, QL))
+        dq = gl.arange(0, D, layout=gl.SliceLayout(0, QL))
+        tok_q = qc + mq // G_PAD
+        ok_q = (tok_q < q_len) & (mq % G_PAD < G)
+        q = gl.load(
+            Q
+            + (q_start + tok_q).to(gl.int64)[:, None] * stride_qt
+            + (h * G + mq % G_PAD)[:, None] * stride_qh
+            + dq[None, :],
+            mask=ok_q[:, None],
+            other=0.0,
+        ).to(gl.float32)
+        q = q * q_mul
+        if SATURATE_QUERY:
+            q_sat = gl.minimum(gl.maximum(q, -65504.0), 65504.0)
+            q = gl.where(gl.abs(q) < float("inf"), q_sat, q)
+        # kept in shared memory, read as A operand fragments per tile: fewer live registers
+        _barrier()  # every warp is done with the previous chunk's query
+        q_s.store(q.to(gl.float16, fp_downcast_rounding="rtz"))
+
+        m = gl.arange(0, BLOCK_M, layout=ROW)
+        row_tok = qc + m // G_PAD
+        row_ok = (row_tok < q_len) & (m % G_PAD < G)
+        row_pos = seq_len - q_len + row_tok
+        q_row = (q_start + row_tok).to(gl.int64)
+        head = h * G + m % G_PAD
+
+        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, ROW)
+        l_i = gl.zeros([BLOCK_M], gl.float32, ROW)
+        r_i = gl.zeros([BLOCK_M], gl.float32, ROW)
+        acc = gl.zeros([BLOCK_M, D], gl.float32, MMA)
+        f_i = gl.to_tensor(0.0)  # the running maximum of the value scales
+        hi = gl.minimum(kv_hi, seq_len - q_len + gl.minimum(qc + BLOCK_Q, q_len))
+        # a tile that ends before this bound is visible to every row of the chunk
+        unmasked_hi = gl.minimum(hi, seq_len - q_len + qc + 1)
+
+        kb, vw, vs, vz = _load_tile(
+            bt_row,
+            stride_bc,
+            head_base,
+            stride_blk,
+            kv_lo,
+            hi,
+            last_block,
+            kofs,
+            vofs,
+            sofs,
+            tok_k,
+            tok_v,
+            tok_s,
+            BL,
+            BLV,
+            NB,
+            TPB,
+            BLOCK_SIZE,
+            KEY_OFF,
+            KEY_BYTES,
+            VAL_OFF,
+            VAL_BYTES,
+            SCALE_OFF,
+            ZERO_OFF,
+        )
+        for start in range(kv_lo, hi, BLOCK_KV):
+            ckb, cvw, cvs, cvz = kb, vw, vs, vz
+            kb, vw, vs, vz = _load_tile(
+                bt_row,
+                stride_bc,
+                head_base,
+                stride_blk,
+                start + BLOCK_KV,
+                hi,
+                last_block,
+                kofs,
+                vofs,
+                sofs,
+                tok_k,
+                tok_v,
+                tok_s,
+                BL,
+                BLV,
+                NB,
+                TPB,
+                BLOCK_SIZE,
+                KEY_OFF,
+                KEY_BYTES,
+                VAL_OFF,
+                VAL_BYTES,
+                SCALE_OFF,
+                ZERO_OFF,
+            )
+            # decode: fp8 -> fp16 keys; 4-bit values -> code - 8, two per 32-bit operation:
+            # nibbles J and J + 4 sit 16 bits apart, 0x6400 | code is the fp16 1024 + code
+            k16 = gl.reshape(_fp8_words_to_fp16(ckb), [BLOCK_KV, D])
+            v16 = gl.reshape(_value_words_to_fp16(cvw), [BLOCK_KV, D]) - 1032.0
+            _barrier()  # every warp has read the previous tile
+            k_s.store(k16)
+            v_s.store(v16)
+            sc_s.store(gl.reshape(cvs, [BLOCK_KV]))
+            zr_s.store(gl.reshape(cvz, [BLOCK_KV]))
+            _barrier()
+
+            s = mma_v2(q_s.load(A_OP), k_s.permute((1, 0)).load(B_OP), gl.zeros([BLOCK_M, BLOCK_KV], gl.float32, MMA))
+            if start + BLOCK_KV > unmasked_hi:
+                pos = start + gl.arange(0, BLOCK_KV, layout=COL)
+                visible = row_ok[:, None] & (pos[None, :] < hi) & (pos[None, :] <= row_pos[:, None])
+                s = gl.where(visible, s, float("-inf"))
+            # The running maximum moves only when a row's maximum exceeds it by more than
+            # 2^MAX_SLACK (probabilities up to 2^MAX_SLACK stay exact enough in fp16), and the
+            # value scales are normalised by their running maximum f: most tiles then change
+            # neither, and the accumulator is rescaled only where a row's factor is not 1.
+            tile_max = gl.max(s, axis=1) * q_scale
+            m_new = gl.where(tile_max > m_i + MAX_SLACK, tile_max, m_i)
+            m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = gl.where(m_new == m_i, 1.0, gl.exp2(m_i - m_ref))
+            p = gl.exp2(s * q_scale - m_ref[:, None])
+            l_i = l_i * alpha + gl.sum(p, axis=1)
+
+            # value t = zero_t + scale_t (code_t - 8) + 8 scale_t: the scales are folded into
+            # the probabilities (over f), the rest into r_i
+            vscale = sc_s.load(COL).to(gl.float32)
+            f = gl.maximum(f_i, gl.max(vscale, axis=0))
+            f = gl.where(f > 0, f, 1.0)
+            pw = gl.convert_layout((p * (vscale / f)[None, :]).to(gl.float16), A_OP)
+            factor = alpha * (f_i / f)
+            if gl.max(gl.where(factor != 1.0, 1, 0), axis=0) > 0:
+                acc = acc * factor[:, None]
+            acc = mma_v2(pw, v_s.load(B_OP), acc)
+            mid = zr_s.load(COL).to(gl.float32) + vscale * 8.0
+            r_i = r_i * alpha + gl.sum(p * mid[None, :], axis=1)
+            m_i = m_new
+            f_i = f
+
+        o = (acc * f_i + r_i[:, None]) / gl.where(l_i > 0, l_i, 1.0)[:, None]
+        if NUM_SPLITS == 1:
+            gl.store(
+                Out + q_row[:, None] * stride_ot + head[:, None] * stride_oh + dout[None, :],
+                o.to(Out.dtype.element_ty),
+                mask=row_ok[:, None],
+            )
+        else:
+            lse = gl.where(l_i > 0, m_i + gl.log2(gl.where(l_i > 0, l_i, 1.0)), float("-inf"))
+            slot = (q_row * NUM_Q_HEADS + head) * NUM_SPLITS + split
+            gl.store(Partial + slot[:, None] * D + dout[None, :], o, mask=row_ok[:, None])
+            gl.store(Lse + slot, lse, mask=row_ok)

@@ -1,0 +1,114 @@
+"""Where the experimental explicit-layout kernel (``gluon_kernel``) applies, and its launch.
+
+The launcher asks :func:`gluon_applies` when the launch parameters ask for it
+(``AttentionConfig.gluon``); a call it does not cover runs the portable Triton kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+import torch
+
+import tq_core
+from tq_core import Preset
+
+# one warp per 16 query rows, at most 4 warps
+GLUON_ROWS = (16, 32, 64)
+GLUON_HEAD_DIMS = (64, 128, 256)
+GLUON_BLOCK_KV = (16, 32, 64)
+
+
+@functools.cache
+def gluon_available() -> bool:
+    """Whether the installed Triton has Gluon with the Ampere matrix instruction."""
+    try:
+        from triton.experimental.gluon.language.nvidia.ampere import mma_v2  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def capability(device: torch.device) -> tuple[int, int]:
+    """The cuda device's compute capability, (0, 0) where torch has no cuda."""
+    return torch.cuda.get_device_capability(device) if torch.cuda.is_available() else (0, 0)
+
+
+def gluon_applies(
+    preset: Preset, head_dim: int, rows: int, block_kv: int, block_size: int, device: torch.device, nvidia: bool
+) -> bool:
+    """Whether ``gluon_kernel`` computes this launch: an NVIDIA GPU (``nvidia``) of compute
+    capability 8.9 or later (fp8 conversions in hardware), fp8 keys and 4-bit values,
+    head_dim 64/128/256, tiles of 16, 32 or 64 query rows, 16-64 tokens, and a power-of-two
+    block size (a tile's groups of positions then never straddle a block)."""
+    return (
+        nvidia
+        and device.type == "cuda"
+        and capability(device) >= (8, 9)
+        and preset.key_is_fp8
+        and preset.value_bits == 4
+        and head_dim in GLUON_HEAD_DIMS
+        and rows in GLUON_ROWS
+        and block_kv in GLUON_BLOCK_KV
+        and block_size > 0
+        and block_size & (block_size - 1) == 0
+        and gluon_available()
+    )
+
+
+def launch_gluon(grid: tuple[int, int, int], args: tuple, constexprs: dict[str, object]) -> None:
+    """``gluon_kernel.gluon_attention_kernel`` on ``grid`` with the Triton kernel's
+    positional ``args`` and the constexprs both kernels share (``kernel_constexprs``'
+    others are not its parameters)."""
+    from .gluon_kernel import gluon_attention_kernel
+
+    names = gluon_attention_kernel.arg_names
+    cx = {k: v for k, v in constexprs.items() if k in names}
+    warps = cx["BLOCK_Q"] * cx["G_PAD"] // 16
+    gluon_attention_kernel[grid](*args, **cx, WARPS=warps, num_warps=warps)
+
+
+def compile_gluon(
+    preset: str, group: int, block_q: int, block_kv: int, head_dim: int, splits: int, capability: int = 90
+) -> Any:
+    """The kernel compiled without a GPU for an NVIDIA target (default sm_90, H100/H200), as
+    the launcher specialises it (group a power of two; 2 kv heads, 16-token blocks) and
+    Triton's compiled kernel returns it (``.asm["ptx"]``, ``.asm["cubin"]``). Not under
+    ``TRITON_INTERPRET=1``, where Gluon functions cannot compile."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from .gluon_kernel import gluon_attention_kernel
+
+    p = tq_core.get_preset(preset)
+    warps = group * block_q // 16
+    consts = dict(
+        p.kernel_fields(p.block_layout(head_dim, 16, 2)).constexprs(),
+        G=group,
+        G_PAD=group,
+        NUM_Q_HEADS=2 * group,
+        NUM_SPLITS=splits,
+        BLOCK_Q=block_q,
+        BLOCK_KV=block_kv,
+        NORM_CORRECTION=p.norm_correction,
+        SATURATE_QUERY=False,
+        WARPS=warps,
+    )
+    types = {"Q": "*bf16", "Cache": "*u8", "Out": "*bf16", "Partial": "*fp32", "Lse": "*fp32", "Centroids": "*fp32"}
+    types |= {"q_mul": "fp32", "q_scale": "fp32", "stride_blk": "i64"}
+    types |= dict.fromkeys(("BlockTable", "SeqLens", "QueryStart"), "*i32")
+    sig, cx, attrs = {}, {}, {}
+    for i, name in enumerate(inspect.signature(gluon_attention_kernel.fn).parameters):
+        if name in consts:
+            sig[name] = "constexpr"
+            cx[(i,)] = consts[name]
+            continue
+        sig[name] = types.get(name, "i32")
+        # as the launcher specialises them: 16-byte aligned pointers, strides divisible by 16
+        if sig[name].startswith("*") or name.startswith("stride"):
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    src = GluonASTSource(fn=gluon_attention_kernel, signature=sig, constexprs=cx, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", capability, 32), options={"num_warps": warps})

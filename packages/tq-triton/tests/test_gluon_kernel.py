@@ -1,0 +1,127 @@
+"""The experimental explicit-layout kernel (``attention/gluon_kernel.py``, ``TQ_GLUON=1``).
+
+Gluon kernels do not run under Triton's interpreter. On any machine the kernel is compiled
+for sm_90 (the PTX must hold the m16n8k16 matrix instruction and 16-byte shared-memory
+stores for the decoded tiles); on an NVIDIA GPU it is run against tq-core.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from tqt_helpers import ON_GPU, assert_close, make_batch, run_triton
+
+import tq_core
+from tq_triton.attention import gluon_launch, launch
+
+needs_gluon = pytest.mark.skipif(not gluon_launch.gluon_available(), reason="this Triton has no Gluon")
+GLUON_PRESETS = [n for n, p in tq_core.PRESETS.items() if p.key_is_fp8 and p.value_bits == 4]
+
+
+# (group, block_q, block_kv, head_dim, splits): 16-, 32- and 64-row tiles, each head_dim
+COMPILED = [(4, 4, 32, 128, 1), (4, 8, 32, 128, 16), (8, 8, 16, 64, 16), (1, 16, 64, 256, 1)]
+
+
+@needs_gluon
+def test_compiles_for_sm90():
+    # in a process of its own: under TRITON_INTERPRET=1 (CI) Gluon functions cannot compile
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    helper = Path(__file__).with_name("tqt_gluon_compile.py")
+    args = [",".join(map(str, c)) for c in COMPILED]
+    run = subprocess.run([sys.executable, str(helper), *args], env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    checks = json.loads(run.stdout.splitlines()[-1])
+    assert len(checks) == len(COMPILED)
+    for config, found in zip(COMPILED, checks, strict=True):
+        assert found["mma"], config  # the m16n8k16 matrix instruction
+        assert found["v4_shared_stores"], config  # the decoded tiles reach shared memory 16 bytes at a time
+        assert found["global_loads"] and found["global_stores"], config
+
+
+def test_applies_only_where_it_is_written_for(monkeypatch):
+    k8v4, k3v4 = tq_core.get_preset("turboquant_k8v4"), tq_core.get_preset("turboquant_k3v4_nc")
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(gluon_launch, "capability", lambda dev: (9, 0))
+
+    def applies(preset=k8v4, head_dim=128, rows=32, block_kv=32, block_size=16, device=cuda, nvidia=True):
+        return gluon_launch.gluon_applies(preset, head_dim, rows, block_kv, block_size, device, nvidia)
+
+    assert applies() == gluon_launch.gluon_available()
+    assert not applies(preset=k3v4)
+    assert not applies(nvidia=False)
+    assert not applies(device=torch.device("cpu"))
+    assert not applies(rows=128)
+    assert not applies(block_kv=128)
+    assert not applies(head_dim=96)
+    assert not applies(block_size=24)
+    monkeypatch.setattr(gluon_launch, "capability", lambda dev: (8, 6))  # no fp8 conversions
+    assert not applies()
+
+
+@pytest.fixture
+def gluon_launches(monkeypatch):
+    """TQ_GLUON=1 with 32-token tiles; counts the calls that ran the Gluon kernel."""
+    monkeypatch.setenv("TQ_GLUON", "1")
+    monkeypatch.setenv("TQ_BLOCK_KV", "32")
+    calls = []
+    real = gluon_launch.launch_gluon
+
+    def counted(*args, **kw):
+        calls.append(1)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(launch, "launch_gluon", counted)
+    return calls
+
+
+@pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run only on an NVIDIA GPU")
+@needs_gluon
+@pytest.mark.parametrize("preset", GLUON_PRESETS)
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize(
+    ("group", "q_lens"), [(4, [1, 1, 8, 5]), (8, [1, 8, 3, 8]), (1, [1, 16, 3, 1]), (3, [8, 1, 2, 7])]
+)
+@pytest.mark.parametrize("splits", [1, 7])
+def test_matches_reference(preset, head_dim, group, q_lens, splits, gen, device, gluon_launches):
+    if torch.device(device).type != "cuda":
+        pytest.skip("cuda only")
+    b = make_batch(
+        gen, preset, [1, 300, 2049, 77], q_lens, head_dim=head_dim, num_kv_heads=2, group=group, device=device
+    )
+    assert_close(*run_triton(b, splits=splits))
+    assert gluon_launches, "the Gluon kernel did not run"
+
+
+@pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run only on an NVIDIA GPU")
+@needs_gluon
+@pytest.mark.parametrize("block_size", [16, 32, 128])
+def test_long_sequences_and_block_sizes(block_size, gen, device, gluon_launches):
+    if torch.device(device).type != "cuda":
+        pytest.skip("cuda only")
+    b = make_batch(
+        gen,
+        "turboquant_k8v4",
+        [32768, 9001],
+        [1, 8],
+        head_dim=128,
+        num_kv_heads=2,
+        group=4,
+        block_size=block_size,
+        device=device,
+    )
+    for splits in (1, 32):
+        assert_close(*run_triton(b, splits=splits))
+    assert gluon_launches
+
+
+@pytest.mark.skipif(ON_GPU, reason="the fallback is where the Gluon kernel does not apply")
+def test_falls_back_to_the_triton_kernel_elsewhere(gen, device, gluon_launches):
+    b = make_batch(gen, "turboquant_k8v4", [40, 9], [1, 3], head_dim=64, num_kv_heads=1, group=4, device=device)
+    assert_close(*run_triton(b))
+    assert not gluon_launches
