@@ -78,19 +78,9 @@ def _value_words_to_fp16(w):
 
 @gluon.jit
 def _load_tile(
-    bt_row,
-    stride_bc,
-    head_base,
-    stride_blk,
     start,
-    hi,
-    last_block,
-    kofs,
-    vofs,
-    sofs,
-    tok_k,
-    tok_v,
-    tok_s,
+    where,
+    offsets,
     BL: gl.constexpr,
     BLV: gl.constexpr,
     NB: gl.constexpr,
@@ -107,7 +97,11 @@ def _load_tile(
     ``[NB, TPB, D // 4]``, value words ``[NB, TPB, D // 8]``, value scales and zero points
     ``[NB, TPB]``. ``kofs``, ``vofs``, ``sofs``: each element's offset inside its group
     (loop-invariant); ``tok_*``: each element's position inside its group, for the mask.
-    A block id outside ``[0, num_blocks)`` is read as the last block."""
+    ``where``: ``(bt_row, stride_bc, head_base, stride_blk, hi, last_block)``; ``offsets``:
+    ``(kofs, vofs, sofs, tok_k, tok_v, tok_s)``. A block id outside ``[0, num_blocks)`` is
+    read as the last block."""
+    bt_row, stride_bc, head_base, stride_blk, hi, last_block = where
+    kofs, vofs, sofs, tok_k, tok_v, tok_s = offsets
     g = gl.arange(0, NB, layout=BL)
     gpos = start + g * TPB
     blk = gl.load(bt_row + (gpos // BLOCK_SIZE) * stride_bc, mask=gpos < hi, other=0)
@@ -242,6 +236,7 @@ def gluon_attention_kernel(
     vofs = tok_v * (VAL_BYTES // 4) + wv[None, None, :]
     tok_s = tk[None, :]
     sofs = tok_s
+    offsets = (kofs, vofs, sofs, tok_k, tok_v, tok_s)
     # column c of the value tile holds head_dim index value_columns(c) (see value_words.py)
     dcol = gl.arange(0, D, layout=COL)
     rc = dcol % 8
@@ -284,20 +279,11 @@ def gluon_attention_kernel(
         # a tile that ends before this bound is visible to every row of the chunk
         unmasked_hi = gl.minimum(hi, seq_len - q_len + qc + 1)
 
+        where = (bt_row, stride_bc, head_base, stride_blk, hi, last_block)
         kb, vw, vs, vz = _load_tile(
-            bt_row,
-            stride_bc,
-            head_base,
-            stride_blk,
             kv_lo,
-            hi,
-            last_block,
-            kofs,
-            vofs,
-            sofs,
-            tok_k,
-            tok_v,
-            tok_s,
+            where,
+            offsets,
             BL,
             BLV,
             NB,
@@ -313,19 +299,9 @@ def gluon_attention_kernel(
         for start in range(kv_lo, hi, BLOCK_KV):
             ckb, cvw, cvs, cvz = kb, vw, vs, vz
             kb, vw, vs, vz = _load_tile(
-                bt_row,
-                stride_bc,
-                head_base,
-                stride_blk,
                 start + BLOCK_KV,
-                hi,
-                last_block,
-                kofs,
-                vofs,
-                sofs,
-                tok_k,
-                tok_v,
-                tok_s,
+                where,
+                offsets,
                 BL,
                 BLV,
                 NB,
