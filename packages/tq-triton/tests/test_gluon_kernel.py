@@ -94,7 +94,8 @@ def test_matches_reference(preset, head_dim, group, q_lens, splits, gen, device,
     b = make_batch(
         gen, preset, [1, 300, 2049, 77], q_lens, head_dim=head_dim, num_kv_heads=2, group=group, device=device
     )
-    assert_close(*run_triton(b, splits=splits))
+    # the hint keeps the tiles at 32 or 64 rows (without it, 8 q heads per kv head would plan 128)
+    assert_close(*run_triton(b, splits=splits, max_query_len=max(q_lens)))
     assert gluon_launches, "the Gluon kernel did not run"
 
 

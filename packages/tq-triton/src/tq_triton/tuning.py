@@ -9,7 +9,7 @@ ones), reading ``attention.default["*"]``, ``attention.default[b]``, ``attention
 ``attention[p][b]`` in that order, then ``attention[p]["b:mM"]`` where the tile has ``M`` query
 rows (the q heads of a GQA group, padded to a power of two, times the query tokens per program:
 verification with 8 q heads per kv head has 64-row tiles, with 4 it has 32-row tiles, and the
-best number of warps follows the rows), then the environment variables of
+best tile can differ between them), then the environment variables of
 :data:`ENV_OVERRIDES` (``TQ_BLOCK_KV``, ``TQ_NUM_WARPS``, ... ``TQ_VALUE_WORDS``). The
 store reads its table entry, then :data:`STORE_ENV_OVERRIDES` (``TQ_CODE_SEARCH``).
 """
