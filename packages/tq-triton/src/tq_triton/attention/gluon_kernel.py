@@ -180,6 +180,7 @@ def gluon_attention_kernel(
     most 4. fp8 keys and 4-bit values only; ``Centroids`` is unused (see ``gluon_supports``)."""
     BLOCK_M: gl.constexpr = BLOCK_Q * G_PAD
     MAX_SLACK: gl.constexpr = 8.0
+    SCALE_SLACK: gl.constexpr = 16.0
     # positions per group: consecutive positions of one cache block
     TPB: gl.constexpr = BLOCK_KV if BLOCK_KV < BLOCK_SIZE else BLOCK_SIZE
     NB: gl.constexpr = BLOCK_KV // TPB
@@ -274,7 +275,7 @@ def gluon_attention_kernel(
         l_i = gl.zeros([BLOCK_M], gl.float32, ROW)
         r_i = gl.zeros([BLOCK_M], gl.float32, ROW)
         acc = gl.zeros([BLOCK_M, D], gl.float32, MMA)
-        f_i = gl.to_tensor(0.0)  # the running maximum of the value scales
+        f_i = gl.to_tensor(0.0)  # the value scales' reference (set by the first tile)
         hi = gl.minimum(kv_hi, seq_len - q_len + gl.minimum(qc + BLOCK_Q, q_len))
         # a tile that ends before this bound is visible to every row of the chunk
         unmasked_hi = gl.minimum(hi, seq_len - q_len + qc + 1)
@@ -330,10 +331,11 @@ def gluon_attention_kernel(
                 pos = start + gl.arange(0, BLOCK_KV, layout=COL)
                 visible = row_ok[:, None] & (pos[None, :] < hi) & (pos[None, :] <= row_pos[:, None])
                 s = gl.where(visible, s, float("-inf"))
-            # The running maximum moves only when a row's maximum exceeds it by more than
-            # 2^MAX_SLACK (probabilities up to 2^MAX_SLACK stay exact enough in fp16), and the
-            # value scales are normalised by their running maximum f: most tiles then change
-            # neither, and the accumulator is rescaled only where a row's factor is not 1.
+            # A row's running maximum (log2 units) moves only when the tile's exceeds it by
+            # more than MAX_SLACK, so probabilities stay below 2^MAX_SLACK, well inside fp16;
+            # the value scales are normalised by a reference f that moves only when the
+            # tile's largest scale leaves [f / 2^SCALE_SLACK, f]. Most tiles then move
+            # neither, and the accumulator is rescaled only when some row's factor is not 1.
             tile_max = gl.max(s, axis=1) * q_scale
             m_new = gl.where(tile_max > m_i + MAX_SLACK, tile_max, m_i)
             m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)
@@ -344,7 +346,8 @@ def gluon_attention_kernel(
             # value t = zero_t + scale_t (code_t - 8) + 8 scale_t: the scales are folded into
             # the probabilities (over f), the rest into r_i
             vscale = sc_s.load(COL).to(gl.float32)
-            f = gl.maximum(f_i, gl.max(vscale, axis=0))
+            smax = gl.max(vscale, axis=0)
+            f = gl.where((smax > f_i) | (smax * SCALE_SLACK < f_i), smax, f_i)
             f = gl.where(f > 0, f, 1.0)
             pw = gl.convert_layout((p * (vscale / f)[None, :]).to(gl.float16), A_OP)
             factor = alpha * (f_i / f)
