@@ -2,7 +2,8 @@
 
 Gluon kernels do not run under Triton's interpreter. On any machine the kernel is compiled
 for sm_90 (the PTX must hold the m16n8k16 matrix instruction and 16-byte shared-memory
-stores for the decoded tiles); on an NVIDIA GPU it is run against tq-core.
+stores for the decoded tiles); on an NVIDIA GPU it is run against tq-core, and through
+test_memory_safety's metadata cases on a k8v4 batch.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import test_memory_safety as memory_safety
 import torch
 from tqt_helpers import ON_GPU, assert_close, make_batch, run_triton
 
@@ -126,3 +128,28 @@ def test_falls_back_to_the_triton_kernel_elsewhere(gen, device, gluon_launches):
     b = make_batch(gen, "turboquant_k8v4", [40, 9], [1, 3], head_dim=64, num_kv_heads=1, group=4, device=device)
     assert_close(*run_triton(b))
     assert not gluon_launches
+
+
+@pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run only on an NVIDIA GPU")
+@needs_gluon
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("case", list(memory_safety.CASES))
+def test_out_of_range_metadata(case, splits, gen, device, gluon_launches, monkeypatch):
+    """test_memory_safety's metadata cases (bad block ids, lengths, query offsets; canaries
+    around the cache and the output) on a k8v4 batch, which takes the Gluon kernel."""
+    if torch.device(device).type != "cuda":
+        pytest.skip("cuda only")
+    monkeypatch.setattr(memory_safety, "PRESET", "turboquant_k8v4")
+    memory_safety.test_out_of_range_metadata(case, splits, gen, device)
+    assert gluon_launches, "the Gluon kernel did not run"
+
+
+@pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run only on an NVIDIA GPU")
+@needs_gluon
+@pytest.mark.parametrize("strided", ["block_table_rows", "block_table_cols", "seq_lens", "query_start_loc", "all"])
+def test_index_tensors_read_through_their_strides(strided, gen, device, gluon_launches, monkeypatch):
+    if torch.device(device).type != "cuda":
+        pytest.skip("cuda only")
+    monkeypatch.setattr(memory_safety, "PRESET", "turboquant_k8v4")
+    memory_safety.test_attention_reads_index_tensors_through_their_strides(strided, False, gen, device)
+    assert gluon_launches, "the Gluon kernel did not run"
