@@ -200,10 +200,8 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
             for g in groups:
                 g_pad = next_pow2(g)
                 for qlen in QUERY_LENS:
-                    block_q = plan_block_q(g_pad, qlen)
-                    cfg = attention_cfg(name, qlen, block_q * g_pad)
-                    if cfg.min_rows > block_q * g_pad:  # as attention.plan.plan_tile pads it
-                        block_q = plan_block_q(g_pad, qlen, cfg.min_rows)
+                    cfg = attention_cfg(name, qlen, plan_block_q(g_pad, qlen) * g_pad)
+                    block_q = plan_block_q(g_pad, qlen, cfg.min_rows)
                     for splits in (1, MULTI_SPLITS):
                         cx = kernel_constexprs(p, fields, cfg, g, g * NUM_KV_HEADS, splits, block_q)
                         for n in ("stride_bc", "stride_sl", "stride_qs"):

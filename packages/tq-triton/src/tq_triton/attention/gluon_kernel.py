@@ -95,13 +95,13 @@ def _load_tile(
 ):
     """Issue the loads of the tile at ``start`` (nothing from ``hi`` on): fp8 key words
     ``[NB, TPB, D // 4]``, value words ``[NB, TPB, D // 8]``, value scales and zero points
-    ``[NB, TPB]``. ``kofs``, ``vofs``, ``sofs``: each element's offset inside its group
-    (loop-invariant); ``tok_*``: each element's position inside its group, for the mask.
-    ``where``: ``(bt_row, stride_bc, head_base, stride_blk, hi, last_block)``; ``offsets``:
-    ``(kofs, vofs, sofs, tok_k, tok_v, tok_s)``. A block id outside ``[0, num_blocks)`` is
+    ``[NB, TPB]``. ``kofs``, ``vofs``: each word's offset inside its group (loop-invariant);
+    ``tok_*``: each element's position inside its group, for the mask (and, for the fp16
+    fields, its offset). ``where``: ``(bt_row, stride_bc, head_base, stride_blk, hi,
+    last_block)``; ``offsets``: ``(kofs, vofs, tok_k, tok_v, tok_s)``. A block id outside ``[0, num_blocks)`` is
     read as the last block."""
     bt_row, stride_bc, head_base, stride_blk, hi, last_block = where
-    kofs, vofs, sofs, tok_k, tok_v, tok_s = offsets
+    kofs, vofs, tok_k, tok_v, tok_s = offsets
     g = gl.arange(0, NB, layout=BL)
     gpos = start + g * TPB
     blk = gl.load(bt_row + (gpos // BLOCK_SIZE) * stride_bc, mask=gpos < hi, other=0)
@@ -121,9 +121,11 @@ def _load_tile(
     vw = gl.load(vbase.to(gl.pointer_type(gl.int32))[:, None, None] + vofs, mask=tok_v < vleft[:, None, None], other=0)
     sb = base + first * 2
     vs = gl.load(
-        (sb + SCALE_OFF).to(gl.pointer_type(gl.float16))[:, None] + sofs, mask=tok_s < left[:, None], other=0.0
+        (sb + SCALE_OFF).to(gl.pointer_type(gl.float16))[:, None] + tok_s, mask=tok_s < left[:, None], other=0.0
     )
-    vz = gl.load((sb + ZERO_OFF).to(gl.pointer_type(gl.float16))[:, None] + sofs, mask=tok_s < left[:, None], other=0.0)
+    vz = gl.load(
+        (sb + ZERO_OFF).to(gl.pointer_type(gl.float16))[:, None] + tok_s, mask=tok_s < left[:, None], other=0.0
+    )
     return kb, vw, vs, vz
 
 
@@ -236,8 +238,7 @@ def gluon_attention_kernel(
     tok_v = tv[None, :, None]
     vofs = tok_v * (VAL_BYTES // 4) + wv[None, None, :]
     tok_s = tk[None, :]
-    sofs = tok_s
-    offsets = (kofs, vofs, sofs, tok_k, tok_v, tok_s)
+    offsets = (kofs, vofs, tok_k, tok_v, tok_s)
     # column c of the value tile holds head_dim index value_columns(c) (see value_words.py)
     dcol = gl.arange(0, D, layout=COL)
     rc = dcol % 8

@@ -31,8 +31,9 @@ def gluon_available() -> bool:
     return True
 
 
+@functools.cache
 def capability(device: torch.device) -> tuple[int, int]:
-    """The cuda device's compute capability, (0, 0) where torch has no cuda."""
+    """The cuda device's compute capability, (0, 0) where torch has no cuda (once per device)."""
     return torch.cuda.get_device_capability(device) if torch.cuda.is_available() else (0, 0)
 
 
@@ -58,22 +59,29 @@ def gluon_applies(
     )
 
 
+@functools.cache
+def _gluon_params() -> frozenset[str]:
+    from .gluon_kernel import gluon_attention_kernel
+
+    return frozenset(gluon_attention_kernel.arg_names)
+
+
 def launch_gluon(grid: tuple[int, int, int], args: tuple, constexprs: dict[str, object]) -> None:
     """``gluon_kernel.gluon_attention_kernel`` on ``grid`` with the Triton kernel's
     positional ``args`` and the constexprs both kernels share (``kernel_constexprs``'
     others are not its parameters)."""
     from .gluon_kernel import gluon_attention_kernel
 
-    names = gluon_attention_kernel.arg_names
+    names = _gluon_params()
     cx = {k: v for k, v in constexprs.items() if k in names}
     warps = cx["BLOCK_Q"] * cx["G_PAD"] // 16
     gluon_attention_kernel[grid](*args, **cx, WARPS=warps, num_warps=warps)
 
 
 def compile_gluon(
-    preset: str, group: int, block_q: int, block_kv: int, head_dim: int, splits: int, capability: int = 90
+    preset: str, group: int, block_q: int, block_kv: int, head_dim: int, splits: int, sm: int = 90
 ) -> Any:
-    """The kernel compiled without a GPU for an NVIDIA target (default sm_90, H100/H200), as
+    """The kernel compiled without a GPU for an NVIDIA target ``sm`` (default 90: H100/H200), as
     the launcher specialises it (group a power of two; 2 kv heads, 16-token blocks) and
     Triton's compiled kernel returns it (``.asm["ptx"]``, ``.asm["cubin"]``). Not under
     ``TRITON_INTERPRET=1``, where Gluon functions cannot compile."""
@@ -111,4 +119,4 @@ def compile_gluon(
         if sig[name].startswith("*") or name.startswith("stride"):
             attrs[(i,)] = [["tt.divisibility", 16]]
     src = GluonASTSource(fn=gluon_attention_kernel, signature=sig, constexprs=cx, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", capability, 32), options={"num_warps": warps})
+    return triton.compile(src, target=GPUTarget("cuda", sm, 32), options={"num_warps": warps})

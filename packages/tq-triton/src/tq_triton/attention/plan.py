@@ -40,11 +40,8 @@ def plan_tile(
 ) -> tuple[AttentionConfig, int]:
     """The launch parameters (``config`` or the tuned ones, looked up by the tile's natural
     rows) and the query tokens per program, padded to the parameters' ``min_rows``."""
-    block_q = plan_block_q(group_pad, longest)
-    cfg = config or plan_config(device, preset, longest, block_q * group_pad)
-    if cfg.min_rows > block_q * group_pad:
-        block_q = plan_block_q(group_pad, longest, cfg.min_rows)
-    return cfg, block_q
+    cfg = config or plan_config(device, preset, longest, plan_block_q(group_pad, longest) * group_pad)
+    return cfg, plan_block_q(group_pad, longest, cfg.min_rows)
 
 
 def plan_splits(cfg: AttentionConfig, device: torch.device, num_reqs: int, num_kv_heads: int) -> int:
