@@ -10,7 +10,8 @@ through the line table. Example, the shipped H200 decode configuration::
     PYTHONPATH=/tmp/t36:packages/tq-core/src:packages/tq-triton/src \\
         python3 docs/perf/scripts/static_loop.py --preset turboquant_k3v4_nc --block-kv 32 --warps 1
 
-``--gluon`` counts the experimental explicit-layout kernel (attention/gluon_kernel.py) instead.
+``--gluon 1`` (``2``: two shared buffers per tile) counts the explicit-layout kernel
+(attention/gluon_kernel.py) instead.
 Static counts rank the work in a loop; they do not predict time (docs/perf/h200.md).
 """
 
@@ -167,9 +168,12 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument(
         "--gluon",
-        action="store_true",
-        help="the experimental explicit-layout kernel (fp8 keys, 4-bit values; one warp per 16 rows: "
-        "--warps, --prefetch, --stages, --value-acc, --key-lut, --value-words, --max-registers do not apply)",
+        type=int,
+        default=0,
+        choices=(0, 1, 2),
+        help="the explicit-layout kernel with 1 or 2 shared buffers per tile (fp8 or 3-bit keys, 4-bit values; "
+        "one warp per 16 rows: --warps, --prefetch, --stages, --value-acc, --key-lut, --value-words, "
+        "--max-registers do not apply)",
     )
     args = ap.parse_args()
     if args.group * args.block_q < 16 or not math.log2(args.group).is_integer():
@@ -178,7 +182,9 @@ def main() -> None:
     if args.gluon:
         from tq_triton.attention.gluon_launch import compile_gluon
 
-        kernel = compile_gluon(args.preset, args.group, args.block_q, args.block_kv, args.head_dim, args.splits)
+        kernel = compile_gluon(
+            args.preset, args.group, args.block_q, args.block_kv, args.head_dim, args.splits, buffers=args.gluon
+        )
         args.warps = args.group * args.block_q // 16
     else:
         kernel = compile_kernel(args)

@@ -23,11 +23,23 @@ import tq_core
 from tq_triton.attention import gluon_launch, launch
 
 needs_gluon = pytest.mark.skipif(not gluon_launch.gluon_available(), reason="this Triton has no Gluon")
-GLUON_PRESETS = [n for n, p in tq_core.PRESETS.items() if p.key_is_fp8 and p.value_bits == 4]
+GLUON_PRESETS = [n for n, p in tq_core.PRESETS.items() if gluon_launch.gluon_keys(p) and p.value_bits == 4]
 
 
-# (group, block_q, block_kv, head_dim, splits): 16-, 32- and 64-row tiles, each head_dim
-COMPILED = [(4, 4, 32, 128, 1), (4, 8, 32, 128, 16), (8, 8, 16, 64, 16), (1, 16, 64, 256, 1)]
+# (preset, group, block_q, block_kv, head_dim, splits[, buffers]): 16-, 32- and 64-row tiles, each
+# head_dim
+COMPILED = [
+    ("turboquant_k8v4", 4, 4, 32, 128, 1),
+    ("turboquant_k8v4", 4, 8, 32, 128, 16),
+    ("turboquant_k8v4", 8, 8, 16, 64, 16),
+    ("turboquant_k8v4", 1, 16, 64, 256, 1),
+    ("turboquant_k3v4_nc", 4, 4, 32, 128, 1),
+    ("turboquant_k3v4_nc", 4, 8, 64, 128, 16),
+    ("turboquant_k3v4_nc", 8, 8, 16, 64, 16),
+    ("turboquant_k3v4_nc", 1, 16, 32, 256, 1),
+    ("turboquant_k8v4", 4, 8, 32, 128, 16, 2),  # two shared buffers per tile
+    ("turboquant_k3v4_nc", 8, 8, 64, 128, 16, 2),
+]
 
 
 @needs_gluon
@@ -42,12 +54,15 @@ def test_compiles_for_sm90():
     assert len(checks) == len(COMPILED)
     for config, found in zip(COMPILED, checks, strict=True):
         assert found["mma"], config  # the m16n8k16 matrix instruction
+        if config[0] == "turboquant_k3v4_nc":
+            assert found["prmt"], config  # 3-bit keys looked up by byte permutes
         assert found["v4_shared_stores"], config  # the decoded tiles reach shared memory 16 bytes at a time
         assert found["global_loads"] and found["global_stores"], config
 
 
 def test_applies_only_where_it_is_written_for(monkeypatch):
     k8v4, k3v4 = tq_core.get_preset("turboquant_k8v4"), tq_core.get_preset("turboquant_k3v4_nc")
+    k4v4, k3v3 = tq_core.get_preset("turboquant_4bit_nc"), tq_core.get_preset("turboquant_3bit_nc")
     cuda = torch.device("cuda", 0)
     monkeypatch.setattr(gluon_launch, "capability", lambda dev: (9, 0))
 
@@ -55,7 +70,9 @@ def test_applies_only_where_it_is_written_for(monkeypatch):
         return gluon_launch.gluon_applies(preset, head_dim, rows, block_kv, block_size, device, nvidia)
 
     assert applies() == gluon_launch.gluon_available()
-    assert not applies(preset=k3v4)
+    assert applies(preset=k3v4) == gluon_launch.gluon_available()
+    assert not applies(preset=k4v4)  # 4-bit codebook keys
+    assert not applies(preset=k3v3)  # 3-bit values
     assert not applies(nvidia=False)
     assert not applies(device=torch.device("cpu"))
     assert not applies(rows=128)
@@ -66,10 +83,11 @@ def test_applies_only_where_it_is_written_for(monkeypatch):
     assert not applies()
 
 
-@pytest.fixture
-def gluon_launches(monkeypatch):
-    """TQ_GLUON=1 with 32-token tiles; counts the calls that ran the Gluon kernel."""
-    monkeypatch.setenv("TQ_GLUON", "1")
+@pytest.fixture(params=[1, 2], ids=["one_buffer", "two_buffers"])
+def gluon_launches(request, monkeypatch):
+    """TQ_GLUON=1 or 2 (one or two shared buffers per tile) with 32-token tiles; counts the
+    calls that ran the Gluon kernel."""
+    monkeypatch.setenv("TQ_GLUON", str(request.param))
     monkeypatch.setenv("TQ_BLOCK_KV", "32")
     calls = []
     real = gluon_launch.launch_gluon
@@ -87,7 +105,7 @@ def gluon_launches(monkeypatch):
 @pytest.mark.parametrize("preset", GLUON_PRESETS)
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize(
-    ("group", "q_lens"), [(4, [1, 1, 8, 5]), (8, [1, 8, 3, 8]), (1, [1, 16, 3, 1]), (3, [8, 1, 2, 7])]
+    ("group", "q_lens"), [(4, [1, 1, 8, 5]), (8, [1, 8, 3, 8]), (1, [1, 16, 3, 1]), (3, [1, 8, 2, 7])]
 )
 @pytest.mark.parametrize("splits", [1, 7])
 def test_matches_reference(preset, head_dim, group, q_lens, splits, gen, device, gluon_launches):
@@ -103,13 +121,14 @@ def test_matches_reference(preset, head_dim, group, q_lens, splits, gen, device,
 
 @pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run only on an NVIDIA GPU")
 @needs_gluon
+@pytest.mark.parametrize("preset", GLUON_PRESETS)
 @pytest.mark.parametrize("block_size", [16, 32, 128])
-def test_long_sequences_and_block_sizes(block_size, gen, device, gluon_launches):
+def test_long_sequences_and_block_sizes(block_size, preset, gen, device, gluon_launches):
     if torch.device(device).type != "cuda":
         pytest.skip("cuda only")
     b = make_batch(
         gen,
-        "turboquant_k8v4",
+        preset,
         [32768, 9001],
         [1, 8],
         head_dim=128,
@@ -132,24 +151,26 @@ def test_falls_back_to_the_triton_kernel_elsewhere(gen, device, gluon_launches):
 
 @pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run only on an NVIDIA GPU")
 @needs_gluon
+@pytest.mark.parametrize("preset", GLUON_PRESETS)
 @pytest.mark.parametrize("splits", [1, 3])
 @pytest.mark.parametrize("case", list(memory_safety.CASES))
-def test_out_of_range_metadata(case, splits, gen, device, gluon_launches, monkeypatch):
+def test_out_of_range_metadata(case, splits, preset, gen, device, gluon_launches, monkeypatch):
     """test_memory_safety's metadata cases (bad block ids, lengths, query offsets; canaries
-    around the cache and the output) on a k8v4 batch, which takes the Gluon kernel."""
+    around the cache and the output) on a batch of each preset the Gluon kernel takes."""
     if torch.device(device).type != "cuda":
         pytest.skip("cuda only")
-    monkeypatch.setattr(memory_safety, "PRESET", "turboquant_k8v4")
+    monkeypatch.setattr(memory_safety, "PRESET", preset)
     memory_safety.test_out_of_range_metadata(case, splits, gen, device)
     assert gluon_launches, "the Gluon kernel did not run"
 
 
 @pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run only on an NVIDIA GPU")
 @needs_gluon
+@pytest.mark.parametrize("preset", GLUON_PRESETS)
 @pytest.mark.parametrize("strided", ["block_table_rows", "block_table_cols", "seq_lens", "query_start_loc", "all"])
-def test_index_tensors_read_through_their_strides(strided, gen, device, gluon_launches, monkeypatch):
+def test_index_tensors_read_through_their_strides(strided, preset, gen, device, gluon_launches, monkeypatch):
     if torch.device(device).type != "cuda":
         pytest.skip("cuda only")
-    monkeypatch.setattr(memory_safety, "PRESET", "turboquant_k8v4")
+    monkeypatch.setattr(memory_safety, "PRESET", preset)
     memory_safety.test_attention_reads_index_tensors_through_their_strides(strided, False, gen, device)
     assert gluon_launches, "the Gluon kernel did not run"

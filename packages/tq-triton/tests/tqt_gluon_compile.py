@@ -1,7 +1,7 @@
 """Compile the Gluon attention kernel for sm_90 and report what its PTX holds (a helper of
 test_gluon_kernel.py, run in its own process without TRITON_INTERPRET).
 
-Usage: ``python tqt_gluon_compile.py GROUP,BLOCK_Q,BLOCK_KV,HEAD_DIM,SPLITS ...``; prints one
+Usage: ``python tqt_gluon_compile.py PRESET,GROUP,BLOCK_Q,BLOCK_KV,HEAD_DIM,SPLITS[,BUFFERS] ...``; prints one
 JSON list, an object of checks per configuration."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from tq_triton.attention.gluon_launch import compile_gluon
 def checks(ptx: str) -> dict[str, bool]:
     return {
         "mma": "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx,
+        "prmt": "prmt.b32" in ptx,
         "v4_shared_stores": "st.shared.v4" in ptx,
         "global_loads": "ld.global" in ptx,
         "global_stores": "st.global" in ptx,
@@ -24,7 +25,8 @@ def checks(ptx: str) -> dict[str, bool]:
 if __name__ == "__main__":
     out = []
     for arg in sys.argv[1:]:
-        group, block_q, block_kv, head_dim, splits = (int(x) for x in arg.split(","))
-        kernel = compile_gluon("turboquant_k8v4", group, block_q, block_kv, head_dim, splits)
+        preset, *rest = arg.split(",")
+        group, block_q, block_kv, head_dim, splits, *buffers = (int(x) for x in rest)
+        kernel = compile_gluon(preset, group, block_q, block_kv, head_dim, splits, buffers=buffers[0] if buffers else 1)
         out.append(checks(kernel.asm["ptx"]))
     print(json.dumps(out))

@@ -62,9 +62,10 @@ class AttentionConfig:
     # and masks the extra rows. On an H200, 64 rows let Triton use Hopper's warpgroup matrix
     # instructions with both operands in shared memory
     min_rows: int = 16
-    # experimental, cuda: 1 runs the explicit-layout (Gluon) kernel where it applies
-    # (attention/gluon_launch.py: fp8 keys, 4-bit values, tiles of 16-64 rows); elsewhere,
-    # and by default, the portable Triton kernel
+    # cuda: the explicit-layout (Gluon) kernel where it applies (attention/gluon_launch.py:
+    # fp8 or 3-bit codebook keys, 4-bit values, tiles of 16-64 rows), with one shared buffer
+    # per tile (1) or two, the next tile decoded while this one is read (2); 0, elsewhere
+    # and by default: the portable Triton kernel
     gluon: int = 0
 
 
@@ -95,7 +96,7 @@ _LIMITS: dict[str, tuple[int, int, bool]] = {
     "code_search": (0, 1, False),
     "value_words": (0, 1, False),
     "min_rows": (16, 128, True),
-    "gluon": (0, 1, False),
+    "gluon": (0, 2, False),
 }
 ENV_OVERRIDES = {
     "TQ_BLOCK_KV": "block_kv",

@@ -168,7 +168,7 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
     default."""
     import tq_core
 
-    from .attention.kernel import attention_kernel, merge_kernel
+    from .attention.kernel import MERGE_WARPS, attention_kernel, merge_kernel
     from .attention.launch import kernel_constexprs
     from .attention.plan import next_pow2, plan_block_q
     from .store import _store_kernel
@@ -244,7 +244,7 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
             merge_kernel,
             _signature(merge_kernel.arg_names, mcx, mtypes),
             mcx,
-            dict(num_warps=4, **xpu_opts),
+            dict(num_warps=MERGE_WARPS, **xpu_opts),
         )
 
 

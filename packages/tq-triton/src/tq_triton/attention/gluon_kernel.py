@@ -30,6 +30,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
+from ..key_lut import _LUT_PTX
+
 # Triton 3.6 calls the CTA-wide barrier thread_barrier; later versions call it barrier
 _barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
@@ -77,6 +79,70 @@ def _value_words_to_fp16(w):
 
 
 @gluon.jit
+def _selectors(w0, w1, w2, G: gl.constexpr):
+    """Selector nibbles of codes ``4G .. 4G+3`` of a 3-bit chunk (words ``w0, w1, w2``,
+    uint32), as ``key_lut.group_selectors`` builds them (a Gluon kernel cannot call a Triton
+    function)."""
+    S: gl.constexpr = (12 * G) % 32
+    if G < 2:
+        x = w0 >> S
+    elif G == 2:
+        x = (w0 >> 24) | (w1 << 8)
+    elif G < 5:
+        x = w1 >> S
+    elif G == 5:
+        x = (w1 >> 28) | (w2 << 4)
+    else:
+        x = w2 >> S
+    t = (x & 0x3F) | ((x << 2) & 0x3F00)
+    return (t & 0x0707) | ((t << 1) & 0x7070)
+
+
+@gluon.jit
+def _sel1(w0, w1, w2, G: gl.constexpr, STEP: gl.constexpr):
+    return gl.join(_selectors(w0, w1, w2, G), _selectors(w0, w1, w2, G + STEP))
+
+
+@gluon.jit
+def _sel2(w0, w1, w2, G: gl.constexpr, STEP: gl.constexpr):
+    return gl.join(_sel1(w0, w1, w2, G, 2 * STEP), _sel1(w0, w1, w2, G + STEP, 2 * STEP))
+
+
+@gluon.jit
+def _lut_keys(w0, w1, w2, la, lb, ha, hb):
+    """fp16 centroids ``[NB, TPB, C, 2, 2, 2, 2, 2]`` of 3-bit chunks (words ``[NB, TPB, C]``
+    each; position order once the last five axes are flattened), and each chunk's float32
+    sum of squared centroids ``[NB, TPB, C]``: ``key_lut.lut_keys``'
+    register-table lookup, four codes per ``prmt`` pair (``key_lut._LUT_PTX``)."""
+    # [..., 2, 2, 2]: group 4 a + 2 b + c at [a, b, c]
+    sel = gl.join(_sel2(w0, w1, w2, 0, 2), _sel2(w0, w1, w2, 1, 2))
+    z = sel * 0
+    c0, c1, c2, c3, sq = gl.inline_asm_elementwise(
+        _LUT_PTX,
+        "=h,=h,=h,=h,=f,r,r,r,r,r",
+        [sel, z + la, z + lb, z + ha, z + hb],
+        dtype=(gl.float16, gl.float16, gl.float16, gl.float16, gl.float32),
+        is_pure=True,
+        pack=1,
+    )
+    k = gl.join(gl.join(c0, c2), gl.join(c1, c3))
+    return k, gl.sum(gl.sum(gl.sum(sq, axis=5), axis=4), axis=3)
+
+
+@gluon.jit
+def _butterflies(x, T: gl.constexpr, D: gl.constexpr, FIRST: gl.constexpr, LAST: gl.constexpr):
+    """Stages ``FIRST .. LAST - 1`` of the unnormalised Sylvester Hadamard of each row of
+    float32 ``x`` ``[T, D]`` (``hadamard.fwht_rows``' butterflies); each stage's pairs must
+    lie inside one thread."""
+    for stage in gl.static_range(FIRST, LAST):
+        y = gl.permute(gl.reshape(x, [T, D >> (stage + 1), 2, 1 << stage]), (0, 1, 3, 2))
+        a, b = gl.split(y)
+        y = gl.join(a + b, a - b)
+        x = gl.reshape(gl.permute(y, (0, 1, 3, 2)), [T, D])
+    return x
+
+
+@gluon.jit
 def _load_tile(
     start,
     where,
@@ -88,18 +154,22 @@ def _load_tile(
     BLOCK_SIZE: gl.constexpr,
     KEY_OFF: gl.constexpr,
     KEY_BYTES: gl.constexpr,
+    NORM_OFF: gl.constexpr,
     VAL_OFF: gl.constexpr,
     VAL_BYTES: gl.constexpr,
     SCALE_OFF: gl.constexpr,
     ZERO_OFF: gl.constexpr,
+    KEY_FP8: gl.constexpr,
 ):
-    """Issue the loads of the tile at ``start`` (nothing from ``hi`` on): fp8 key words
-    ``[NB, TPB, D // 4]``, value words ``[NB, TPB, D // 8]``, value scales and zero points
-    ``[NB, TPB]``. ``kofs``, ``vofs``: each word's offset inside its group (loop-invariant);
-    ``tok_*``: each element's position inside its group, for the mask (and, for the fp16
-    fields, its offset). ``where``: ``(bt_row, stride_bc, head_base, stride_blk, hi,
-    last_block)``; ``offsets``: ``(kofs, vofs, tok_k, tok_v, tok_s)``. A block id outside ``[0, num_blocks)`` is
-    read as the last block."""
+    """Issue the loads of the tile at ``start`` (nothing from ``hi`` on): key words
+    ``[NB, TPB, W]`` (fp8: ``W = D // 4``, four bytes per word; 3-bit codes: the three
+    words ``k0, k1, k2`` of each 32-code chunk, ``W = D // 32``), the key norms ``[NB, TPB]``
+    (3-bit keys; fp8 keys return the value scales there), value words ``[NB, TPB, D // 8]``,
+    value scales and zero points ``[NB, TPB]``. ``where``: ``(bt_row, stride_bc, head_base,
+    stride_blk, hi, last_block)``; ``offsets``: ``(kofs, vofs, tok_k, tok_v, tok_s)``, each
+    word's offset inside its group (loop-invariant) and each element's position inside its
+    group (for the mask and the fp16 fields' offsets). A block id outside
+    ``[0, num_blocks)`` is read as the last block."""
     bt_row, stride_bc, head_base, stride_blk, hi, last_block = where
     kofs, vofs, tok_k, tok_v, tok_s = offsets
     g = gl.arange(0, NB, layout=BL)
@@ -114,19 +184,70 @@ def _load_tile(
     first = (gpos % BLOCK_SIZE).to(gl.int64)
     left = hi - gpos  # positions of the group still before hi
 
-    krow = (base + KEY_OFF + first * KEY_BYTES).to(gl.pointer_type(gl.int32))
-    kb = gl.load(krow[:, None, None] + kofs, mask=tok_k < left[:, None, None], other=0)
+    krow = (base + KEY_OFF + first * KEY_BYTES).to(gl.pointer_type(gl.int32))[:, None, None] + kofs
+    kmask = tok_k < left[:, None, None]
+    k0 = gl.load(krow, mask=kmask, other=0)
     vbase = gl.convert_layout(base + VAL_OFF + first * VAL_BYTES, BLV, assert_trivial=True)
     vleft = gl.convert_layout(left, BLV, assert_trivial=True)
     vw = gl.load(vbase.to(gl.pointer_type(gl.int32))[:, None, None] + vofs, mask=tok_v < vleft[:, None, None], other=0)
     sb = base + first * 2
-    vs = gl.load(
-        (sb + SCALE_OFF).to(gl.pointer_type(gl.float16))[:, None] + tok_s, mask=tok_s < left[:, None], other=0.0
-    )
-    vz = gl.load(
-        (sb + ZERO_OFF).to(gl.pointer_type(gl.float16))[:, None] + tok_s, mask=tok_s < left[:, None], other=0.0
-    )
-    return kb, vw, vs, vz
+    smask = tok_s < left[:, None]
+    vs = gl.load((sb + SCALE_OFF).to(gl.pointer_type(gl.float16))[:, None] + tok_s, mask=smask, other=0.0)
+    vz = gl.load((sb + ZERO_OFF).to(gl.pointer_type(gl.float16))[:, None] + tok_s, mask=smask, other=0.0)
+    if KEY_FP8:
+        k1 = k0
+        k2 = k0
+        kn = vs
+    else:
+        k1 = gl.load(krow + 1, mask=kmask, other=0)
+        k2 = gl.load(krow + 2, mask=kmask, other=0)
+        kn = gl.load((sb + NORM_OFF).to(gl.pointer_type(gl.float16))[:, None] + tok_s, mask=smask, other=0.0)
+    return k0, k1, k2, kn, vw, vs, vz
+
+
+@gluon.jit
+def _decode_into(
+    tile,
+    bufs,
+    lut,
+    BLOCK_KV: gl.constexpr,
+    D: gl.constexpr,
+    S2: gl.constexpr,
+    KEY_FP8: gl.constexpr,
+    NORM_CORRECTION: gl.constexpr,
+):
+    """Decode a loaded tile (:func:`_load_tile`'s tuple) into the shared buffers ``bufs``
+    ``(keys, values, value scales, zero points, key norms)``: fp8 -> fp16 keys, or 3-bit
+    codes -> fp16 centroids (``lut``: the register table's four words) and each key's norm
+    over its centroids' norm (``NORM_CORRECTION``); 4-bit values -> code - 8, two per
+    32-bit operation (nibbles J and J + 4 sit 16 bits apart, 0x6400 | code is the fp16
+    1024 + code)."""
+    kb, kb1, kb2, kn, vw, vs, vz = tile
+    k_buf, v_buf, sc_buf, zr_buf, kn_buf = bufs
+    if KEY_FP8:
+        k16 = gl.reshape(_fp8_words_to_fp16(kb), [BLOCK_KV, D])
+    else:
+        la, lb, ha, hb = lut
+        c16, cn2 = _lut_keys(
+            kb.to(gl.uint32, bitcast=True),
+            kb1.to(gl.uint32, bitcast=True),
+            kb2.to(gl.uint32, bitcast=True),
+            la,
+            lb,
+            ha,
+            hb,
+        )
+        k16 = gl.reshape(c16, [BLOCK_KV, D])
+        cn2 = gl.convert_layout(gl.sum(cn2, axis=2), S2)
+        knorm = kn.to(gl.float32)
+        if NORM_CORRECTION:
+            knorm = gl.where(cn2 > 0, knorm * gl.rsqrt(cn2), 0.0)
+        kn_buf.store(gl.reshape(knorm, [BLOCK_KV]))
+    v16 = gl.reshape(_value_words_to_fp16(vw), [BLOCK_KV, D]) - 1032.0
+    k_buf.store(k16)
+    v_buf.store(v16)
+    sc_buf.store(gl.reshape(vs, [BLOCK_KV]))
+    zr_buf.store(gl.reshape(vz, [BLOCK_KV]))
 
 
 @gluon.jit
@@ -177,9 +298,11 @@ def gluon_attention_kernel(
     NORM_CORRECTION: gl.constexpr,
     SATURATE_QUERY: gl.constexpr,
     WARPS: gl.constexpr,
+    BUFFERS: gl.constexpr = 1,
 ):
     """``WARPS``: the launch's warps, ``BLOCK_Q * G_PAD / 16`` (one per 16 query rows), at
-    most 4. fp8 keys and 4-bit values only; ``Centroids`` is unused (see ``gluon_supports``)."""
+    most 4. Keys fp8 or 3-bit codebook codes (``Centroids`` is then ``key_lut.lut_words``'
+    table; unused for fp8), values 4-bit (see ``gluon_launch.gluon_applies``)."""
     BLOCK_M: gl.constexpr = BLOCK_Q * G_PAD
     MAX_SLACK: gl.constexpr = 8.0
     SCALE_SLACK: gl.constexpr = 16.0
@@ -191,19 +314,24 @@ def gluon_attention_kernel(
     B_OP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
     ROW: gl.constexpr = gl.SliceLayout(1, MMA)
     COL: gl.constexpr = gl.SliceLayout(0, MMA)
-    # fp8 key words [NB, TPB, D // 4]: 4 words (16 bytes) per thread along head_dim, lanes
-    # and warps along the group's positions, the groups in registers
-    TD: gl.constexpr = D // 16
-    K3: gl.constexpr = gl.BlockedLayout([1, 1, 4], [1, 32 // TD, TD], [1, WARPS, 1], [2, 1, 0])
-    # value words [NB, TPB, D // 8]: 2 words (16 codes) per thread, the keys' positions per
+    # key words [NB, TPB, W], TD threads along head_dim, lanes and warps along the group's
+    # positions, the groups in registers. fp8: W = D // 4, 4 words (16 keys) per thread;
+    # 3-bit codes: W = D // 32 chunks, one chunk (32 codes, 3 words) per thread
+    TD: gl.constexpr = D // 16 if KEY_FP8 else D // 32
+    KW: gl.constexpr = 4 if KEY_FP8 else 1
+    K3: gl.constexpr = gl.BlockedLayout([1, 1, KW], [1, 32 // TD, TD], [1, WARPS, 1], [2, 1, 0])
+    # value words [NB, TPB, D // 8]: D // 8 / TD words per thread, the keys' positions per
     # thread, so one address per group serves both
-    V3: gl.constexpr = gl.BlockedLayout([1, 1, 2], [1, 32 // TD, TD], [1, WARPS, 1], [2, 1, 0])
+    V3: gl.constexpr = gl.BlockedLayout([1, 1, D // 8 // TD], [1, 32 // TD, TD], [1, WARPS, 1], [2, 1, 0])
     S2: gl.constexpr = gl.SliceLayout(2, K3)
     BL: gl.constexpr = gl.SliceLayout(1, S2)
     BLV: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, V3))
     QL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (D // 8), D // 8], [WARPS, 1], [1, 0])
+    # the query's Hadamard transform: each row over two lanes, as halves (QH) for every
+    # butterfly stage but the last, as even and odd elements (QE) for the last
+    QH: gl.constexpr = gl.BlockedLayout([1, D // 2], [16, 2], [WARPS, 1], [1, 0])
+    QE: gl.constexpr = gl.BlockedLayout([1, 1], [16, 2], [WARPS, 1], [1, 0])
     SMEM: gl.constexpr = gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0])
-    SMEM1: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])
 
     r = gl.program_id(0)
     h = gl.program_id(1)
@@ -222,17 +350,32 @@ def gluon_attention_kernel(
     head_base = Cache + h.to(gl.int64) * HEAD_STRIDE
     bt_row = BlockTable + r.to(gl.int64) * stride_bt
 
-    k_s = gl.allocate_shared_memory(gl.float16, [BLOCK_KV, D], SMEM)
-    v_s = gl.allocate_shared_memory(gl.float16, [BLOCK_KV, D], SMEM)
+    # BUFFERS 2: the next tile is decoded into one buffer while this one is read from the
+    # other, with one barrier per tile; 1: decode, barrier, read, barrier
+    SMEM1: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])
+    k_s = gl.allocate_shared_memory(gl.float16, [BUFFERS, BLOCK_KV, D], SMEM)
+    v_s = gl.allocate_shared_memory(gl.float16, [BUFFERS, BLOCK_KV, D], SMEM)
     q_s = gl.allocate_shared_memory(gl.float16, [BLOCK_M, D], SMEM)
-    sc_s = gl.allocate_shared_memory(gl.float16, [BLOCK_KV], SMEM1)
-    zr_s = gl.allocate_shared_memory(gl.float16, [BLOCK_KV], SMEM1)
+    sc_s = gl.allocate_shared_memory(gl.float16, [BUFFERS, BLOCK_KV], SMEM1)
+    zr_s = gl.allocate_shared_memory(gl.float16, [BUFFERS, BLOCK_KV], SMEM1)
+    if KEY_FP8:
+        kn_s = sc_s  # unused
+        lut = (0, 0, 0, 0)
+    else:
+        kn_s = gl.allocate_shared_memory(gl.float32, [BUFFERS, BLOCK_KV], SMEM1)
+        lut_words = Centroids.to(gl.pointer_type(gl.int32))
+        lut = (
+            gl.load(lut_words).to(gl.uint32, bitcast=True),
+            gl.load(lut_words + 1).to(gl.uint32, bitcast=True),
+            gl.load(lut_words + 2).to(gl.uint32, bitcast=True),
+            gl.load(lut_words + 3).to(gl.uint32, bitcast=True),
+        )
 
     # loop-invariant offsets of each element inside its group
     tk = gl.arange(0, TPB, layout=gl.SliceLayout(0, S2))
-    dk = gl.arange(0, D // 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, K3)))
+    dk = gl.arange(0, TD * KW, layout=gl.SliceLayout(0, gl.SliceLayout(1, K3)))
     tok_k = tk[None, :, None]
-    kofs = tok_k * (KEY_BYTES // 4) + dk[None, None, :]
+    kofs = tok_k * (KEY_BYTES // 4) + dk[None, None, :] * (1 if KEY_FP8 else 3)
     tv = gl.arange(0, TPB, layout=gl.SliceLayout(0, gl.SliceLayout(2, V3)))
     wv = gl.arange(0, D // 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, V3)))
     tok_v = tv[None, :, None]
@@ -245,8 +388,9 @@ def gluon_attention_kernel(
     dout = dcol - rc + rc // 2 + (rc % 2) * 4
 
     for qc in range(0, q_len, BLOCK_Q):
-        mq = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, QL))
-        dq = gl.arange(0, D, layout=gl.SliceLayout(0, QL))
+        QLOAD: gl.constexpr = QL if KEY_FP8 else QH
+        mq = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, QLOAD))
+        dq = gl.arange(0, D, layout=gl.SliceLayout(0, QLOAD))
         tok_q = qc + mq // G_PAD
         ok_q = (tok_q < q_len) & (mq % G_PAD < G)
         q = gl.load(
@@ -257,7 +401,13 @@ def gluon_attention_kernel(
             mask=ok_q[:, None],
             other=0.0,
         ).to(gl.float32)
-        q = q * q_mul
+        if KEY_FP8:
+            q = q * q_mul
+        else:
+            # scores in the rotated domain: the query's orthonormal Hadamard transform
+            q = _butterflies(q, BLOCK_M, D, 0, LOG2_D - 1)
+            q = _butterflies(gl.convert_layout(q, QE), BLOCK_M, D, LOG2_D - 1, LOG2_D)
+            q = q * (q_mul / gl.sqrt(D * 1.0))
         if SATURATE_QUERY:
             q_sat = gl.minimum(gl.maximum(q, -65504.0), 65504.0)
             q = gl.where(gl.abs(q) < float("inf"), q_sat, q)
@@ -282,7 +432,7 @@ def gluon_attention_kernel(
         unmasked_hi = gl.minimum(hi, seq_len - q_len + qc + 1)
 
         where = (bt_row, stride_bc, head_base, stride_blk, hi, last_block)
-        kb, vw, vs, vz = _load_tile(
+        tile = _load_tile(
             kv_lo,
             where,
             offsets,
@@ -293,15 +443,27 @@ def gluon_attention_kernel(
             BLOCK_SIZE,
             KEY_OFF,
             KEY_BYTES,
+            NORM_OFF,
             VAL_OFF,
             VAL_BYTES,
             SCALE_OFF,
             ZERO_OFF,
+            KEY_FP8,
         )
-        for start in range(kv_lo, hi, BLOCK_KV):
-            ckb, cvw, cvs, cvz = kb, vw, vs, vz
-            kb, vw, vs, vz = _load_tile(
-                start + BLOCK_KV,
+        if BUFFERS == 2:
+            _barrier()  # every warp is done with the previous chunk's buffers
+            _decode_into(
+                tile,
+                (k_s.index(0), v_s.index(0), sc_s.index(0), zr_s.index(0), kn_s.index(0)),
+                lut,
+                BLOCK_KV,
+                D,
+                S2,
+                KEY_FP8,
+                NORM_CORRECTION,
+            )
+            tile = _load_tile(
+                kv_lo + BLOCK_KV,
                 where,
                 offsets,
                 BL,
@@ -311,23 +473,75 @@ def gluon_attention_kernel(
                 BLOCK_SIZE,
                 KEY_OFF,
                 KEY_BYTES,
+                NORM_OFF,
                 VAL_OFF,
                 VAL_BYTES,
                 SCALE_OFF,
                 ZERO_OFF,
+                KEY_FP8,
             )
-            # decode: fp8 -> fp16 keys; 4-bit values -> code - 8, two per 32-bit operation:
-            # nibbles J and J + 4 sit 16 bits apart, 0x6400 | code is the fp16 1024 + code
-            k16 = gl.reshape(_fp8_words_to_fp16(ckb), [BLOCK_KV, D])
-            v16 = gl.reshape(_value_words_to_fp16(cvw), [BLOCK_KV, D]) - 1032.0
-            _barrier()  # every warp has read the previous tile
-            k_s.store(k16)
-            v_s.store(v16)
-            sc_s.store(gl.reshape(cvs, [BLOCK_KV]))
-            zr_s.store(gl.reshape(cvz, [BLOCK_KV]))
             _barrier()
-
-            s = mma_v2(q_s.load(A_OP), k_s.permute((1, 0)).load(B_OP), gl.zeros([BLOCK_M, BLOCK_KV], gl.float32, MMA))
+        for start in range(kv_lo, hi, BLOCK_KV):
+            current = tile
+            # each tile's loads are issued BUFFERS iterations before it is read
+            tile = _load_tile(
+                start + BUFFERS * BLOCK_KV,
+                where,
+                offsets,
+                BL,
+                BLV,
+                NB,
+                TPB,
+                BLOCK_SIZE,
+                KEY_OFF,
+                KEY_BYTES,
+                NORM_OFF,
+                VAL_OFF,
+                VAL_BYTES,
+                SCALE_OFF,
+                ZERO_OFF,
+                KEY_FP8,
+            )
+            if BUFFERS == 2:
+                b = ((start - kv_lo) // BLOCK_KV) % 2
+                s = mma_v2(
+                    q_s.load(A_OP),
+                    k_s.index(b).permute((1, 0)).load(B_OP),
+                    gl.zeros([BLOCK_M, BLOCK_KV], gl.float32, MMA),
+                )
+                # the next tile (masked loads past hi: zeros) into the other buffer
+                nb = 1 - b
+                _decode_into(
+                    current,
+                    (k_s.index(nb), v_s.index(nb), sc_s.index(nb), zr_s.index(nb), kn_s.index(nb)),
+                    lut,
+                    BLOCK_KV,
+                    D,
+                    S2,
+                    KEY_FP8,
+                    NORM_CORRECTION,
+                )
+            else:
+                b = 0
+                _barrier()  # every warp has read the previous tile
+                _decode_into(
+                    current,
+                    (k_s.index(0), v_s.index(0), sc_s.index(0), zr_s.index(0), kn_s.index(0)),
+                    lut,
+                    BLOCK_KV,
+                    D,
+                    S2,
+                    KEY_FP8,
+                    NORM_CORRECTION,
+                )
+                _barrier()
+                s = mma_v2(
+                    q_s.load(A_OP),
+                    k_s.index(0).permute((1, 0)).load(B_OP),
+                    gl.zeros([BLOCK_M, BLOCK_KV], gl.float32, MMA),
+                )
+            if not KEY_FP8:
+                s = s * kn_s.index(b).load(COL)[None, :]
             if start + BLOCK_KV > unmasked_hi:
                 pos = start + gl.arange(0, BLOCK_KV, layout=COL)
                 visible = row_ok[:, None] & (pos[None, :] < hi) & (pos[None, :] <= row_pos[:, None])
@@ -346,7 +560,7 @@ def gluon_attention_kernel(
 
             # value t = zero_t + scale_t (code_t - 8) + 8 scale_t: the scales are folded into
             # the probabilities (over f), the rest into r_i
-            vscale = sc_s.load(COL).to(gl.float32)
+            vscale = sc_s.index(b).load(COL).to(gl.float32)
             smax = gl.max(vscale, axis=0)
             f = gl.where((smax > f_i) | (smax * SCALE_SLACK < f_i), smax, f_i)
             f = gl.where(f > 0, f, 1.0)
@@ -354,11 +568,13 @@ def gluon_attention_kernel(
             factor = alpha * (f_i / f)
             if gl.max(gl.where(factor != 1.0, 1, 0), axis=0) > 0:
                 acc = acc * factor[:, None]
-            acc = mma_v2(pw, v_s.load(B_OP), acc)
-            mid = zr_s.load(COL).to(gl.float32) + vscale * 8.0
+            acc = mma_v2(pw, v_s.index(b).load(B_OP), acc)
+            mid = zr_s.index(b).load(COL).to(gl.float32) + vscale * 8.0
             r_i = r_i * alpha + gl.sum(p * mid[None, :], axis=1)
             m_i = m_new
             f_i = f
+            if BUFFERS == 2:
+                _barrier()  # buffer b is free again, the other one written
 
         o = (acc * f_i + r_i[:, None]) / gl.where(l_i > 0, l_i, 1.0)[:, None]
         if NUM_SPLITS == 1:

@@ -41,14 +41,15 @@ def gluon_applies(
     preset: Preset, head_dim: int, rows: int, block_kv: int, block_size: int, device: torch.device, nvidia: bool
 ) -> bool:
     """Whether ``gluon_kernel`` computes this launch: an NVIDIA GPU (``nvidia``) of compute
-    capability 8.9 or later (fp8 conversions in hardware), fp8 keys and 4-bit values,
-    head_dim 64/128/256, tiles of 16, 32 or 64 query rows, 16-64 tokens, and a power-of-two
-    block size (a tile's groups of positions then never straddle a block)."""
+    capability 8.9 or later (fp8 conversions in hardware), fp8 or 3-bit codebook keys
+    (:func:`gluon_keys`) and 4-bit values, head_dim 64/128/256, tiles of 16, 32 or 64 query
+    rows, 16-64 tokens, and a power-of-two block size (a tile's groups of positions then
+    never straddle a block)."""
     return (
         nvidia
         and device.type == "cuda"
         and capability(device) >= (8, 9)
-        and preset.key_is_fp8
+        and gluon_keys(preset)
         and preset.value_bits == 4
         and head_dim in GLUON_HEAD_DIMS
         and rows in GLUON_ROWS
@@ -59,6 +60,13 @@ def gluon_applies(
     )
 
 
+def gluon_keys(preset: Preset) -> bool:
+    """Whether the Gluon kernel decodes the preset's keys: fp8, or 3-bit codebook codes
+    (looked up in ``key_lut``'s register table, which the launcher then passes as
+    ``Centroids``)."""
+    return preset.key_is_fp8 or preset.key_bits == 3
+
+
 @functools.cache
 def _gluon_params() -> frozenset[str]:
     from .gluon_kernel import gluon_attention_kernel
@@ -66,20 +74,27 @@ def _gluon_params() -> frozenset[str]:
     return frozenset(gluon_attention_kernel.arg_names)
 
 
-def launch_gluon(grid: tuple[int, int, int], args: tuple, constexprs: dict[str, object]) -> None:
+def launch_gluon(
+    grid: tuple[int, int, int],
+    args: tuple,
+    constexprs: dict[str, object],
+    options: dict[str, Any] | None = None,
+    buffers: int = 1,
+) -> None:
     """``gluon_kernel.gluon_attention_kernel`` on ``grid`` with the Triton kernel's
     positional ``args`` and the constexprs both kernels share (``kernel_constexprs``'
-    others are not its parameters)."""
+    others are not its parameters); ``options``: launch options (``maxnreg``);
+    ``buffers``: shared buffers per tile (1 or 2, the kernel's ``BUFFERS``)."""
     from .gluon_kernel import gluon_attention_kernel
 
     names = _gluon_params()
     cx = {k: v for k, v in constexprs.items() if k in names}
     warps = cx["BLOCK_Q"] * cx["G_PAD"] // 16
-    gluon_attention_kernel[grid](*args, **cx, WARPS=warps, num_warps=warps)
+    gluon_attention_kernel[grid](*args, **cx, WARPS=warps, BUFFERS=buffers, num_warps=warps, **(options or {}))
 
 
 def compile_gluon(
-    preset: str, group: int, block_q: int, block_kv: int, head_dim: int, splits: int, sm: int = 90
+    preset: str, group: int, block_q: int, block_kv: int, head_dim: int, splits: int, sm: int = 90, buffers: int = 1
 ) -> Any:
     """The kernel compiled without a GPU for an NVIDIA target ``sm`` (default 90: H100/H200), as
     the launcher specialises it (group a power of two; 2 kv heads, 16-token blocks) and
@@ -104,6 +119,7 @@ def compile_gluon(
         NORM_CORRECTION=p.norm_correction,
         SATURATE_QUERY=False,
         WARPS=warps,
+        BUFFERS=buffers,
     )
     types = {"Q": "*bf16", "Cache": "*u8", "Out": "*bf16", "Partial": "*fp32", "Lse": "*fp32", "Centroids": "*fp32"}
     types |= {"q_mul": "fp32", "q_scale": "fp32", "stride_blk": "i64"}

@@ -249,6 +249,12 @@ def attention_kernel(
             tl.store(Lse + slot, lse, mask=row_ok)
 
 
+# the merge kernel's warps: one warp per program keeps the sum over splits inside a warp
+# (with 4 warps it crosses warps through shared memory: 4.8 us against 2.5 us for poc's
+# merge on an H200)
+MERGE_WARPS = 1
+
+
 @triton.jit
 def merge_kernel(
     Partial,

@@ -14,7 +14,7 @@ from ..device import check_runnable, interpreter_active
 from ..device_tensors import codebook, dummy, lut_table
 from ..tuning import AttentionConfig, launch_options, register_cap
 from .gluon_launch import gluon_applies, launch_gluon
-from .kernel import attention_kernel, merge_kernel
+from .kernel import MERGE_WARPS, attention_kernel, merge_kernel
 from .plan import MAX_BLOCK_M, longest_query, next_pow2, plan_splits, plan_tile
 
 LOG2E = 1.4426950408889634
@@ -134,10 +134,12 @@ def attention(
     cfg, block_q = plan_tile(query.device, p.name, g_pad, longest, config)
     splits = num_kv_splits if num_kv_splits is not None else plan_splits(cfg, query.device, args.num_reqs, hk)
     dev = query.device
+    block_size = kv_cache.shape[1]
+    use_gluon = bool(cfg.gluon) and gluon_applies(p, d, block_q * g_pad, cfg.block_kv, block_size, dev, _nvidia(dev))
     key_lut = key_lut_mode(p, cfg, dev)
     if p.key_is_fp8:
         cent = dummy(dev)
-    elif key_lut:
+    elif key_lut or use_gluon:
         cent = lut_table(p, d, dev)
     else:
         cent = codebook(p, d, dev)[2]
@@ -185,9 +187,8 @@ def attention(
         key_lut=key_lut,
         value_words=bool(cfg.value_words) and p.value_bits == 4,
     )
-    block_size = kv_cache.shape[1]
-    if cfg.gluon and gluon_applies(p, d, block_q * g_pad, cfg.block_kv, block_size, dev, _nvidia(dev)):
-        launch_gluon(grid, kernel_args, constexprs)
+    if use_gluon:
+        launch_gluon(grid, kernel_args, constexprs, register_cap(dev, cfg.max_registers), buffers=cfg.gluon)
     else:
         attention_kernel[grid](
             *kernel_args,
@@ -210,7 +211,7 @@ def attention(
             NUM_SPLITS=splits,
             SPLITS_PAD=next_pow2(splits),
             D=d,
-            num_warps=4,
+            num_warps=MERGE_WARPS,
         )
     return out
 
