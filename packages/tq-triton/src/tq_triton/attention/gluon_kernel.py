@@ -1,8 +1,8 @@
-"""Experimental: the attention kernel with explicit layouts (Gluon), for NVIDIA GPUs.
+"""The attention kernel with explicit layouts (Gluon), for NVIDIA GPUs.
 
 Same arguments, results and memory rules as ``kernel.attention_kernel``, for presets with
-fp8 keys and 4-bit values (k8v4). What it states that Triton chooses for the portable
-kernel:
+fp8 or 3-bit codebook keys and 4-bit values (k8v4, k3v4_nc). What it states that Triton
+chooses for the portable kernel:
 
 - one warp per 16 query rows (``mma.sync`` m16n8k16, warps along the rows), so the online
   softmax's row reductions stay inside a warp;
@@ -11,17 +11,20 @@ kernel:
   contiguous, so each group costs one block id and one base pointer per field;
 - each key/value tile is decoded once per program, every warp decoding its share of the
   tokens, into shared buffers with 16-byte rows; each warp then reads the whole tile as
-  its B operand fragments; value codes are decoded two per 32-bit operation
-  (``value_words``' column order, undone where the output is stored);
+  its B operand fragments. fp8 keys are converted four per two ``cvt``; 3-bit keys are
+  looked up in ``key_lut``'s register table (the query is rotated in the kernel); value
+  codes are decoded two per 32-bit operation (``value_words``' column order, undone where
+  the output is stored);
 - the causal and length masks only on the tiles that need them;
 - the probabilities pass from the score product's accumulator to the value product's A
   operand in registers;
-- each tile's loads are issued one iteration ahead, into registers.
+- each tile's loads are issued one iteration ahead, into registers; with ``BUFFERS`` 2 the
+  next tile is also decoded while this one is read.
 
 Gluon kernels do not run under Triton's interpreter: ``tests/test_gluon_kernel.py``
 compiles this one for sm_90 on any machine and tests it against tq-core on a GPU. It is
-launched only where ``AttentionConfig.gluon`` is 1 (``TQ_GLUON``), on cuda, for the shapes
-``gluon_supports`` accepts.
+launched where ``AttentionConfig.gluon`` is 1 or 2 (the H200 table's entries, or
+``TQ_GLUON``), on cuda, for the launches ``gluon_launch.gluon_applies`` accepts.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Where the experimental explicit-layout kernel (``gluon_kernel``) applies, and its launch.
+"""Where the explicit-layout kernel (``gluon_kernel``) applies, and its launch.
 
 The launcher asks :func:`gluon_applies` when the launch parameters ask for it
 (``AttentionConfig.gluon``); a call it does not cover runs the portable Triton kernel.
