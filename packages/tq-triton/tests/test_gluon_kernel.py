@@ -21,6 +21,7 @@ from tqt_helpers import ON_GPU, assert_close, make_batch, run_triton
 
 import tq_core
 from tq_triton.attention import gluon_launch, launch
+from tq_triton.device_tensors import lut_table
 
 needs_gluon = pytest.mark.skipif(not gluon_launch.gluon_available(), reason="this Triton has no Gluon")
 GLUON_PRESETS = [n for n, p in tq_core.PRESETS.items() if gluon_launch.gluon_keys(p) and p.value_bits == 4]
@@ -140,6 +141,31 @@ def test_long_sequences_and_block_sizes(block_size, preset, gen, device, gluon_l
     for splits in (1, 32):
         assert_close(*run_triton(b, splits=splits))
     assert gluon_launches
+
+
+@pytest.mark.parametrize("preset", GLUON_PRESETS)
+@pytest.mark.parametrize("buffers", [1, 2])
+def test_the_launch_passes_the_key_table_and_the_config(preset, buffers, gen, device, monkeypatch):
+    """On any device, with the kernel itself replaced: what the launcher hands the Gluon
+    launch. 3-bit keys get key_lut's register table as ``Centroids``, whatever
+    ``key_lut`` says; the buffers and the register cap come from the launch parameters."""
+    monkeypatch.setenv("TQ_GLUON", str(buffers))
+    monkeypatch.setenv("TQ_KEY_LUT", "0")
+    monkeypatch.setenv("TQ_MAX_REGISTERS", "168")
+    monkeypatch.setattr(launch, "gluon_applies", lambda *a: True)
+    monkeypatch.setattr(launch, "register_cap", lambda dev, n: {"maxnreg": n})
+    calls = []
+    monkeypatch.setattr(launch, "launch_gluon", lambda *a, **kw: calls.append((a, kw)))
+    b = make_batch(gen, preset, [40, 9], [1, 3], head_dim=64, num_kv_heads=1, group=4, device=device)
+    run_triton(b, splits=1)
+    assert len(calls) == 1
+    (grid, args, constexprs, options), kw = calls[0]
+    assert grid == (2, 1, 1) and kw == {"buffers": buffers} and options == {"maxnreg": 168}
+    p = tq_core.get_preset(preset)
+    if not p.key_is_fp8:
+        want = lut_table(p, 64, torch.device(device))
+        assert args[5].dtype == torch.int32 and torch.equal(args[5], want)
+    assert constexprs["KEY_FP8"] == p.key_is_fp8 and constexprs["NUM_SPLITS"] == 1
 
 
 @pytest.mark.skipif(ON_GPU, reason="the fallback is where the Gluon kernel does not apply")

@@ -106,10 +106,11 @@ def _lookup4(sel, la, lb, ha, hb, NATIVE: tl.constexpr):
     return c0, c1, c2, c3, sq
 
 
-@triton.jit
-def group_selectors(w0, w1, w2, G: tl.constexpr):
+def selectors_fn(w0, w1, w2, G: tl.constexpr):
     """Selector nibbles of codes ``4G .. 4G+3`` of a 3-bit chunk (words ``w0, w1, w2``,
-    uint32): the group's 12 stream bits ``12G .. 12G+11``, each code moved to its own nibble."""
+    uint32): the group's 12 stream bits ``12G .. 12G+11``, each code moved to its own nibble.
+    Operators only, so that both this module (:data:`group_selectors`) and the Gluon kernel
+    compile the same function."""
     S: tl.constexpr = (12 * G) % 32
     if G < 2:
         x = w0 >> S
@@ -124,6 +125,9 @@ def group_selectors(w0, w1, w2, G: tl.constexpr):
     # two spreading steps: code pairs to bytes, then codes to nibbles
     t = (x & 0x3F) | ((x << 2) & 0x3F00)
     return (t & 0x0707) | ((t << 1) & 0x7070)
+
+
+group_selectors = triton.jit(selectors_fn)
 
 
 @triton.jit

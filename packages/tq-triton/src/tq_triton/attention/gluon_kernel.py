@@ -33,7 +33,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
-from ..key_lut import _LUT_PTX
+from ..key_lut import _LUT_PTX, selectors_fn
 
 # Triton 3.6 calls the CTA-wide barrier thread_barrier; later versions call it barrier
 _barrier = getattr(gl, "thread_barrier", None) or gl.barrier
@@ -81,24 +81,8 @@ def _value_words_to_fp16(w):
     return _halves(gl.join(gl.join(p0, p2), gl.join(p1, p3))).to(gl.float16, bitcast=True)
 
 
-@gluon.jit
-def _selectors(w0, w1, w2, G: gl.constexpr):
-    """Selector nibbles of codes ``4G .. 4G+3`` of a 3-bit chunk (words ``w0, w1, w2``,
-    uint32), as ``key_lut.group_selectors`` builds them (a Gluon kernel cannot call a Triton
-    function)."""
-    S: gl.constexpr = (12 * G) % 32
-    if G < 2:
-        x = w0 >> S
-    elif G == 2:
-        x = (w0 >> 24) | (w1 << 8)
-    elif G < 5:
-        x = w1 >> S
-    elif G == 5:
-        x = (w1 >> 28) | (w2 << 4)
-    else:
-        x = w2 >> S
-    t = (x & 0x3F) | ((x << 2) & 0x3F00)
-    return (t & 0x0707) | ((t << 1) & 0x7070)
+# key_lut's selector function, compiled as Gluon (a Gluon kernel cannot call a Triton function)
+_selectors = gluon.jit(selectors_fn)
 
 
 @gluon.jit

@@ -129,10 +129,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--gluon",
-        type=int_list(0, choices=(0, 1)),
+        type=int_list(0, choices=(0, 1, 2)),
         default=str(AttentionConfig.gluon),
-        help="comma list of 0/1; 1: the experimental explicit-layout kernel where it applies (cuda, fp8 keys "
-        f"and 4-bit values, tiles of 16-64 tokens; its warps follow the rows) (default {AttentionConfig.gluon})",
+        help="comma list of 0/1/2; 1: the explicit-layout kernel where it applies (cuda, fp8 or 3-bit codebook "
+        "keys and 4-bit values, tiles of 16-64 tokens; its warps follow the rows), 2: the same with two shared "
+        f"buffers per tile (default {AttentionConfig.gluon})",
     )
     p.add_argument(
         "--seq-len", type=positive_int, default=None, help="override the shapes' sequence length (default 32768)"
