@@ -155,7 +155,7 @@ def test_the_launch_passes_the_key_table_and_the_config(preset, buffers, gen, de
     monkeypatch.setattr(launch, "gluon_applies", lambda *a: True)
     monkeypatch.setattr(launch, "register_cap", lambda dev, n: {"maxnreg": n})
     calls = []
-    monkeypatch.setattr(launch, "launch_gluon", lambda *a, **kw: calls.append((a, kw)))
+    monkeypatch.setattr(launch, "launch_gluon", lambda *a, **kw: calls.append((a, kw)) or True)
     b = make_batch(gen, preset, [40, 9], [1, 3], head_dim=64, num_kv_heads=1, group=4, device=device)
     run_triton(b, splits=1)
     assert len(calls) == 1
@@ -166,6 +166,51 @@ def test_the_launch_passes_the_key_table_and_the_config(preset, buffers, gen, de
         want = lut_table(p, 64, torch.device(device))
         assert args[5].dtype == torch.int32 and torch.equal(args[5], want)
     assert constexprs["KEY_FP8"] == p.key_is_fp8 and constexprs["NUM_SPLITS"] == 1
+
+
+@pytest.mark.parametrize("preset", GLUON_PRESETS)
+def test_a_kernel_too_large_for_the_device_falls_back(preset, gen, device, monkeypatch):
+    """Where the Gluon launch reports that its kernel does not fit the device (shared
+    memory), the portable kernel runs, with its own centroid tensor (the codebook here:
+    ``TQ_KEY_LUT=0``), and gives tq-core's result."""
+    monkeypatch.setenv("TQ_GLUON", "1")
+    monkeypatch.setenv("TQ_KEY_LUT", "0")
+    monkeypatch.setattr(launch, "gluon_applies", lambda *a: True)
+    calls = []
+    monkeypatch.setattr(launch, "launch_gluon", lambda *a, **kw: calls.append(1) and False)
+    b = make_batch(gen, preset, [40, 9], [1, 3], head_dim=64, num_kv_heads=1, group=4, device=device)
+    assert_close(*run_triton(b, splits=1))
+    assert calls
+
+
+@needs_gluon
+def test_launch_gluon_remembers_a_kernel_too_large(monkeypatch):
+    from triton.runtime.errors import OutOfResources
+
+    from tq_triton.attention import gluon_kernel
+
+    tries = []
+
+    class TooLarge:
+        arg_names = ("BLOCK_Q", "G_PAD", "D")
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                tries.append(kwargs["BUFFERS"])
+                raise OutOfResources(240_000, 101_376, "shared memory")
+
+            return launch
+
+    monkeypatch.setattr(gluon_kernel, "gluon_attention_kernel", TooLarge())
+    monkeypatch.setattr(gluon_launch, "_TOO_LARGE", set())
+    monkeypatch.setattr(gluon_launch, "_gluon_params", lambda: frozenset(TooLarge.arg_names))
+    args = (torch.zeros(1),)
+    cx = {"BLOCK_Q": 4, "G_PAD": 4, "D": 256}
+    assert gluon_launch.launch_gluon((1, 1, 1), args, cx, None, 2) is False
+    assert gluon_launch.launch_gluon((1, 1, 1), args, cx, None, 2) is False
+    assert tries == [2]  # the second call did not try again
+    assert gluon_launch.launch_gluon((1, 1, 1), args, cx, None, 1) is False
+    assert tries == [2, 1]  # another specialisation is tried
 
 
 @pytest.mark.skipif(ON_GPU, reason="the fallback is where the Gluon kernel does not apply")

@@ -80,17 +80,36 @@ def launch_gluon(
     constexprs: dict[str, object],
     options: dict[str, Any] | None = None,
     buffers: int = 1,
-) -> None:
+) -> bool:
     """``gluon_kernel.gluon_attention_kernel`` on ``grid`` with the Triton kernel's
     positional ``args`` and the constexprs both kernels share (``kernel_constexprs``'
     others are not its parameters); ``options``: launch options (``maxnreg``);
-    ``buffers``: shared buffers per tile (1 or 2, the kernel's ``BUFFERS``)."""
+    ``buffers``: shared buffers per tile (1 or 2, the kernel's ``BUFFERS``). Returns False,
+    having launched nothing, where the compiled kernel needs more shared memory than the
+    device allows per block (Triton's ``OutOfResources``, raised before the launch; e.g. a
+    head_dim of 256 on a GPU with 99 KB per block): the caller then runs the portable
+    kernel. That answer is remembered per device and specialisation."""
+    from triton.runtime.errors import OutOfResources
+
     from .gluon_kernel import gluon_attention_kernel
 
     names = _gluon_params()
     cx = {k: v for k, v in constexprs.items() if k in names}
     warps = cx["BLOCK_Q"] * cx["G_PAD"] // 16
-    gluon_attention_kernel[grid](*args, **cx, WARPS=warps, BUFFERS=buffers, num_warps=warps, **(options or {}))
+    opts = options or {}
+    key = (str(args[0].device), tuple(sorted(cx.items())), buffers, tuple(sorted(opts.items())))
+    if key in _TOO_LARGE:
+        return False
+    try:
+        gluon_attention_kernel[grid](*args, **cx, WARPS=warps, BUFFERS=buffers, num_warps=warps, **opts)
+    except OutOfResources:
+        _TOO_LARGE.add(key)
+        return False
+    return True
+
+
+# specialisations that did not fit their device (see launch_gluon)
+_TOO_LARGE: set[tuple] = set()
 
 
 def compile_gluon(

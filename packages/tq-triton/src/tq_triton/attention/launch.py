@@ -137,12 +137,8 @@ def attention(
     block_size = kv_cache.shape[1]
     use_gluon = bool(cfg.gluon) and gluon_applies(p, d, block_q * g_pad, cfg.block_kv, block_size, dev, _nvidia(dev))
     key_lut = key_lut_mode(p, cfg, dev)
-    if p.key_is_fp8:
-        cent = dummy(dev)
-    elif key_lut or use_gluon:
-        cent = lut_table(p, d, dev)
-    else:
-        cent = codebook(p, d, dev)[2]
+    # the Gluon kernel looks 3-bit keys up in the register table, whatever key_lut says
+    cent = _centroids(p, d, dev, bool(key_lut) or use_gluon)
     if splits > 1:
         # per call from torch's caching allocator: no host sync, safe under CUDA-graph
         # capture, and never shared by calls on other threads or streams
@@ -188,8 +184,13 @@ def attention(
         value_words=bool(cfg.value_words) and p.value_bits == 4,
     )
     if use_gluon:
-        launch_gluon(grid, kernel_args, constexprs, register_cap(dev, cfg.max_registers), buffers=cfg.gluon)
-    else:
+        # False where the kernel needs more shared memory than the device has: the portable
+        # kernel then runs, with its own centroid tensor
+        options = register_cap(dev, cfg.max_registers)
+        use_gluon = launch_gluon(grid, kernel_args, constexprs, options, buffers=cfg.gluon)
+        if not use_gluon:
+            kernel_args = (*kernel_args[:5], _centroids(p, d, dev, bool(key_lut)), *kernel_args[6:])
+    if not use_gluon:
         attention_kernel[grid](
             *kernel_args,
             **constexprs,
@@ -251,6 +252,14 @@ def kernel_constexprs(
         KEY_LUT=key_lut,
         VALUE_WORDS=value_words,
     )
+
+
+def _centroids(preset: Preset, head_dim: int, device: torch.device, table: bool) -> torch.Tensor:
+    """The kernels' ``Centroids`` argument (``kernel_args[5]``): a placeholder for fp8 keys,
+    else ``key_lut``'s register table (``table``) or the fp16 codebook."""
+    if preset.key_is_fp8:
+        return dummy(device)
+    return lut_table(preset, head_dim, device) if table else codebook(preset, head_dim, device)[2]
 
 
 def key_lut_mode(preset: Preset, cfg: AttentionConfig, device: torch.device) -> int:
