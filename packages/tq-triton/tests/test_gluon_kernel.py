@@ -27,8 +27,8 @@ needs_gluon = pytest.mark.skipif(not gluon_launch.gluon_available(), reason="thi
 GLUON_PRESETS = [n for n, p in tq_core.PRESETS.items() if gluon_launch.gluon_keys(p) and p.value_bits == 4]
 
 
-# (preset, group, block_q, block_kv, head_dim, splits[, buffers]): 16-, 32- and 64-row tiles, each
-# head_dim
+# (preset, group, block_q, block_kv, head_dim, splits[, buffers]): 16-, 32- and 64-row
+# tiles, each head_dim, both key kinds
 COMPILED = [
     ("turboquant_k8v4", 4, 4, 32, 128, 1),
     ("turboquant_k8v4", 4, 8, 32, 128, 16),

@@ -97,13 +97,17 @@ def launch_gluon(
     cx = {k: v for k, v in constexprs.items() if k in names}
     warps = cx["BLOCK_Q"] * cx["G_PAD"] // 16
     opts = options or {}
-    key = (str(args[0].device), tuple(sorted(cx.items())), buffers, tuple(sorted(opts.items())))
-    if key in _TOO_LARGE:
+
+    def key() -> tuple:
+        return (str(args[0].device), tuple(sorted(cx.items())), buffers, tuple(sorted(opts.items())))
+
+    # the key is built only once some specialisation has not fitted (not per launch)
+    if _TOO_LARGE and key() in _TOO_LARGE:
         return False
     try:
         gluon_attention_kernel[grid](*args, **cx, WARPS=warps, BUFFERS=buffers, num_warps=warps, **opts)
     except OutOfResources:
-        _TOO_LARGE.add(key)
+        _TOO_LARGE.add(key())
         return False
     return True
 
