@@ -34,6 +34,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from ..key_lut import _LUT_PTX, selectors_fn
+from .bounds import request_bounds_fn
 
 # Triton 3.6 calls the CTA-wide barrier thread_barrier; later versions call it barrier
 _barrier = getattr(gl, "thread_barrier", None) or gl.barrier
@@ -80,6 +81,9 @@ def _value_words_to_fp16(w):
     )
     return _halves(gl.join(gl.join(p0, p2), gl.join(p1, p3))).to(gl.float16, bitcast=True)
 
+
+# the metadata clamps that kernel.attention_kernel compiles as Triton, compiled as Gluon
+_request_bounds = gluon.jit(request_bounds_fn)
 
 # key_lut's selector function, compiled as Gluon (a Gluon kernel cannot call a Triton function)
 _selectors = gluon.jit(selectors_fn)
@@ -323,17 +327,9 @@ def gluon_attention_kernel(
     r = gl.program_id(0)
     h = gl.program_id(1)
     split = gl.program_id(2)
-    seq_len = gl.load(SeqLens + r * stride_sl).to(gl.int64)
-    seq_len = gl.minimum(gl.maximum(seq_len, 0), bt_cap).to(gl.int32)
-    num_reqs = gl.num_programs(0)
-    rows = gl.minimum(gl.maximum(gl.load(QueryStart + num_reqs * stride_qs).to(gl.int64), 0), num_query_rows)
-    q_start = gl.minimum(gl.maximum(gl.load(QueryStart + r * stride_qs).to(gl.int64), 0), rows)
-    q_end = gl.minimum(gl.maximum(gl.load(QueryStart + (r + 1) * stride_qs).to(gl.int64), q_start), rows)
-    q_start = q_start.to(gl.int32)
-    q_len = q_end.to(gl.int32) - q_start
-    per_split = gl.cdiv(gl.cdiv(seq_len, NUM_SPLITS), BLOCK_KV) * BLOCK_KV
-    kv_lo = split * per_split
-    kv_hi = gl.minimum(kv_lo + per_split, seq_len)
+    seq_len, q_start, q_len, kv_lo, kv_hi = _request_bounds(
+        SeqLens, QueryStart, r, split, stride_sl, stride_qs, bt_cap, num_query_rows, NUM_SPLITS, BLOCK_KV
+    )
     head_base = Cache + h.to(gl.int64) * HEAD_STRIDE
     bt_row = BlockTable + r.to(gl.int64) * stride_bt
 

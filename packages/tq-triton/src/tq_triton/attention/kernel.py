@@ -11,9 +11,9 @@ kernel; a split that is masked for a row contributes nothing.
 Metadata values are never trusted for addressing (the launcher documents the results):
 each program clamps its seq_len to ``[0, block_table capacity]`` and its query rows to
 ``[0, rows)``, where ``rows`` is ``query_start_loc[num_reqs]`` clamped to
-``[0, num_query_rows]``; a block id outside ``[0, num_blocks)`` is read as the last block
-(see ``tile``).
-These are scalar operations once per program, outside the loop over the sequence.
+``[0, num_query_rows]`` (``bounds.request_bounds``, which the Gluon kernel compiles too); a
+block id outside ``[0, num_blocks)`` is read as the last block (see ``tile``). These are
+scalar operations once per program, outside the loop over the sequence.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import triton.language as tl
 
 from ..hadamard import fwht_rows
 from ..value_words import value_columns
+from .bounds import request_bounds
 from .tile import attend_tile, load_tile, tile_block_ids
 
 
@@ -94,22 +95,10 @@ def attention_kernel(
     split = tl.program_id(2)
     BLOCK_M: tl.constexpr = BLOCK_Q * G_PAD
 
-    # clamped in int64 (the index tensors may be int64), then narrowed
-    seq_len = tl.load(SeqLens + r * stride_sl).to(tl.int64)
-    seq_len = tl.minimum(tl.maximum(seq_len, 0), bt_cap).to(tl.int32)
-    # this request's query rows, inside [0, rows) where rows is query_start_loc[num_reqs]
-    # clamped to the query's rows, so even a non-monotone query_start_loc stays inside
-    num_reqs = tl.num_programs(0)
-    rows = tl.minimum(tl.maximum(tl.load(QueryStart + num_reqs * stride_qs).to(tl.int64), 0), num_query_rows)
-    q_start = tl.minimum(tl.maximum(tl.load(QueryStart + r * stride_qs).to(tl.int64), 0), rows)
-    q_end = tl.minimum(tl.maximum(tl.load(QueryStart + (r + 1) * stride_qs).to(tl.int64), q_start), rows)
-    q_start = q_start.to(tl.int32)
-    q_len = q_end.to(tl.int32) - q_start
-
-    # this split's share of the sequence, in whole tiles
-    per_split = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_KV) * BLOCK_KV
-    kv_lo = split * per_split
-    kv_hi = tl.minimum(kv_lo + per_split, seq_len)
+    # the request's sequence, query rows and this split's share, clamped (bounds.py)
+    seq_len, q_start, q_len, kv_lo, kv_hi = request_bounds(
+        SeqLens, QueryStart, r, split, stride_sl, stride_qs, bt_cap, num_query_rows, NUM_SPLITS, BLOCK_KV
+    )
 
     m_idx = tl.arange(0, BLOCK_M)
     g = m_idx % G_PAD

@@ -183,21 +183,15 @@ def attention(
         key_lut=key_lut,
         value_words=bool(cfg.value_words) and p.value_bits == 4,
     )
+    cap = register_cap(dev, cfg.max_registers)
     if use_gluon:
         # False where the kernel needs more shared memory than the device has: the portable
         # kernel then runs, with its own centroid tensor
-        options = register_cap(dev, cfg.max_registers)
-        use_gluon = launch_gluon(grid, kernel_args, constexprs, options, buffers=cfg.gluon)
+        use_gluon = launch_gluon(grid, kernel_args, constexprs, cap, buffers=cfg.gluon)
         if not use_gluon:
             kernel_args = (*kernel_args[:5], _centroids(p, d, dev, bool(key_lut)), *kernel_args[6:])
     if not use_gluon:
-        attention_kernel[grid](
-            *kernel_args,
-            **constexprs,
-            num_warps=cfg.num_warps,
-            **launch_options(dev),
-            **register_cap(dev, cfg.max_registers),
-        )
+        attention_kernel[grid](*kernel_args, **constexprs, num_warps=cfg.num_warps, **launch_options(dev), **cap)
     if splits > 1:
         merge_kernel[(nq, hq)](
             partial,
