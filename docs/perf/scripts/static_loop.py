@@ -183,7 +183,14 @@ def main() -> None:
         from tq_triton.attention.gluon_launch import compile_gluon
 
         kernel = compile_gluon(
-            args.preset, args.group, args.block_q, args.block_kv, args.head_dim, args.splits, buffers=args.gluon
+            args.preset,
+            args.group,
+            args.block_q,
+            args.block_kv,
+            args.head_dim,
+            args.splits,
+            buffers=args.gluon,
+            maxnreg=args.max_registers,
         )
         args.warps = args.group * args.block_q // 16
     else:

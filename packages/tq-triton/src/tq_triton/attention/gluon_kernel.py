@@ -134,8 +134,23 @@ def _butterflies(x, T: gl.constexpr, D: gl.constexpr, FIRST: gl.constexpr, LAST:
 
 
 @gluon.jit
+def _load_blocks(start, where, BL: gl.constexpr, NB: gl.constexpr, TPB: gl.constexpr, BLOCK_SIZE: gl.constexpr):
+    """The block id of each of the tile's ``NB`` groups at ``start`` ``[NB]`` (0 from ``hi``
+    on), clamped to ``last_block``: a block id outside ``[0, num_blocks)`` is read as the
+    last block. ``where``: as :func:`_load_tile`'s."""
+    bt_row, stride_bc, _, _, hi, last_block = where
+    gpos = start + gl.arange(0, NB, layout=BL) * TPB
+    blk = gl.load(bt_row + (gpos // BLOCK_SIZE) * stride_bc, mask=gpos < hi, other=0)
+    if blk.dtype == gl.int32:
+        return gl.minimum(blk.to(gl.uint32, bitcast=True), last_block.to(gl.uint32))
+    else:
+        return gl.minimum(blk.to(gl.int64).to(gl.uint64, bitcast=True), last_block.to(gl.uint64))
+
+
+@gluon.jit
 def _load_tile(
     start,
+    blk,
     where,
     offsets,
     BL: gl.constexpr,
@@ -152,24 +167,18 @@ def _load_tile(
     ZERO_OFF: gl.constexpr,
     KEY_FP8: gl.constexpr,
 ):
-    """Issue the loads of the tile at ``start`` (nothing from ``hi`` on): key words
+    """Issue the loads of the tile at ``start`` in blocks ``blk`` (:func:`_load_blocks`;
+    nothing from ``hi`` on): key words
     ``[NB, TPB, W]`` (fp8: ``W = D // 4``, four bytes per word; 3-bit codes: the three
     words ``k0, k1, k2`` of each 32-code chunk, ``W = D // 32``), the key norms ``[NB, TPB]``
     (3-bit keys; fp8 keys return the value scales there), value words ``[NB, TPB, D // 8]``,
     value scales and zero points ``[NB, TPB]``. ``where``: ``(bt_row, stride_bc, head_base,
     stride_blk, hi, last_block)``; ``offsets``: ``(kofs, vofs, tok_k, tok_v, tok_s)``, each
     word's offset inside its group (loop-invariant) and each element's position inside its
-    group (for the mask and the fp16 fields' offsets). A block id outside
-    ``[0, num_blocks)`` is read as the last block."""
-    bt_row, stride_bc, head_base, stride_blk, hi, last_block = where
+    group (for the mask and the fp16 fields' offsets)."""
+    _, _, head_base, stride_blk, hi, _ = where
     kofs, vofs, tok_k, tok_v, tok_s = offsets
-    g = gl.arange(0, NB, layout=BL)
-    gpos = start + g * TPB
-    blk = gl.load(bt_row + (gpos // BLOCK_SIZE) * stride_bc, mask=gpos < hi, other=0)
-    if blk.dtype == gl.int32:
-        blk = gl.minimum(blk.to(gl.uint32, bitcast=True), last_block.to(gl.uint32))
-    else:
-        blk = gl.minimum(blk.to(gl.int64).to(gl.uint64, bitcast=True), last_block.to(gl.uint64))
+    gpos = start + gl.arange(0, NB, layout=BL) * TPB
     # the group's first slot in its block, as a byte pointer
     base = head_base + blk.to(gl.int64) * stride_blk
     first = (gpos % BLOCK_SIZE).to(gl.int64)
@@ -417,6 +426,7 @@ def gluon_attention_kernel(
         where = (bt_row, stride_bc, head_base, stride_blk, hi, last_block)
         tile = _load_tile(
             kv_lo,
+            _load_blocks(kv_lo, where, BL, NB, TPB, BLOCK_SIZE),
             where,
             offsets,
             BL,
@@ -447,6 +457,7 @@ def gluon_attention_kernel(
             )
             tile = _load_tile(
                 kv_lo + BLOCK_KV,
+                _load_blocks(kv_lo + BLOCK_KV, where, BL, NB, TPB, BLOCK_SIZE),
                 where,
                 offsets,
                 BL,
@@ -464,11 +475,15 @@ def gluon_attention_kernel(
                 KEY_FP8,
             )
             _barrier()
+        # the block ids of the tile after the one in flight
+        blk = _load_blocks(kv_lo + BUFFERS * BLOCK_KV, where, BL, NB, TPB, BLOCK_SIZE)
         for start in range(kv_lo, hi, BLOCK_KV):
             current = tile
-            # each tile's loads are issued BUFFERS iterations before it is read
+            # each tile's loads are issued BUFFERS iterations before it is read, its block
+            # ids one iteration before that
             tile = _load_tile(
                 start + BUFFERS * BLOCK_KV,
+                blk,
                 where,
                 offsets,
                 BL,
@@ -485,6 +500,7 @@ def gluon_attention_kernel(
                 ZERO_OFF,
                 KEY_FP8,
             )
+            blk = _load_blocks(start + (BUFFERS + 1) * BLOCK_KV, where, BL, NB, TPB, BLOCK_SIZE)
             if BUFFERS == 2:
                 b = ((start - kv_lo) // BLOCK_KV) % 2
                 s = mma_v2(
@@ -532,8 +548,9 @@ def gluon_attention_kernel(
             # A row's running maximum (log2 units) moves only when the tile's exceeds it by
             # more than MAX_SLACK, so probabilities stay below 2^MAX_SLACK, well inside fp16;
             # the value scales are normalised by a reference f that moves only when the
-            # tile's largest scale leaves [f / 2^SCALE_SLACK, f]. Most tiles then move
-            # neither, and the accumulator is rescaled only when some row's factor is not 1.
+            # tile's largest scale leaves [f / 2^SCALE_SLACK, f]. The accumulator is rescaled
+            # on every tile: testing whether any row's factor differs from 1 is a reduction
+            # over the program's warps (two barriers), which costs more than the multiplies.
             tile_max = gl.max(s, axis=1) * q_scale
             m_new = gl.where(tile_max > m_i + MAX_SLACK, tile_max, m_i)
             m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)
@@ -542,15 +559,16 @@ def gluon_attention_kernel(
             l_i = l_i * alpha + gl.sum(p, axis=1)
 
             # value t = zero_t + scale_t (code_t - 8) + 8 scale_t: the scales are folded into
-            # the probabilities (over f), the rest into r_i
+            # the probabilities (over f), the rest into r_i. (Keeping 1024 + code_t in the tile
+            # and 1024 scale_t in r_i would save a subtraction per value, but the fp16 rounding
+            # of the probabilities would then be scaled by 1024 instead of at most 8.)
             vscale = sc_s.index(b).load(COL).to(gl.float32)
             smax = gl.max(vscale, axis=0)
             f = gl.where((smax > f_i) | (smax * SCALE_SLACK < f_i), smax, f_i)
             f = gl.where(f > 0, f, 1.0)
             pw = gl.convert_layout((p * (vscale / f)[None, :]).to(gl.float16), A_OP)
             factor = alpha * (f_i / f)
-            if gl.max(gl.where(factor != 1.0, 1, 0), axis=0) > 0:
-                acc = acc * factor[:, None]
+            acc = acc * factor[:, None]
             acc = mma_v2(pw, v_s.index(b).load(B_OP), acc)
             mid = zr_s.index(b).load(COL).to(gl.float32) + vscale * 8.0
             r_i = r_i * alpha + gl.sum(p * mid[None, :], axis=1)
@@ -559,7 +577,8 @@ def gluon_attention_kernel(
             if BUFFERS == 2:
                 _barrier()  # buffer b is free again, the other one written
 
-        o = (acc * f_i + r_i[:, None]) / gl.where(l_i > 0, l_i, 1.0)[:, None]
+        inv_l = 1.0 / gl.where(l_i > 0, l_i, 1.0)
+        o = acc * (f_i * inv_l)[:, None] + (r_i * inv_l)[:, None]
         if NUM_SPLITS == 1:
             gl.store(
                 Out + q_row[:, None] * stride_ot + head[:, None] * stride_oh + dout[None, :],

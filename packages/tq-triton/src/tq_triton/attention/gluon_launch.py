@@ -117,7 +117,15 @@ _TOO_LARGE: set[tuple] = set()
 
 
 def compile_gluon(
-    preset: str, group: int, block_q: int, block_kv: int, head_dim: int, splits: int, sm: int = 90, buffers: int = 1
+    preset: str,
+    group: int,
+    block_q: int,
+    block_kv: int,
+    head_dim: int,
+    splits: int,
+    sm: int = 90,
+    buffers: int = 1,
+    maxnreg: int = 0,
 ) -> Any:
     """The kernel compiled without a GPU for an NVIDIA target ``sm`` (default 90: H100/H200), as
     the launcher specialises it (group a power of two; 2 kv heads, 16-token blocks) and
@@ -158,4 +166,6 @@ def compile_gluon(
         if sig[name].startswith("*") or name.startswith("stride"):
             attrs[(i,)] = [["tt.divisibility", 16]]
     src = GluonASTSource(fn=gluon_attention_kernel, signature=sig, constexprs=cx, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", sm, 32), options={"num_warps": warps})
+    return triton.compile(
+        src, target=GPUTarget("cuda", sm, 32), options={"num_warps": warps} | ({"maxnreg": maxnreg} if maxnreg else {})
+    )
