@@ -23,28 +23,36 @@ import torch
 import triton
 import triton.language as tl
 
-# The PTX of one lookup: $5 selectors, $6/$7 low-byte words, $8/$9 high-byte words; out:
-# the four centroids ($0..$3) and the float32 sum of their squares ($4), the squares summed
-# in pairs as fp16x2 (two terms per half, so rounding stays far below the fp16 key's own).
-_LUT_PTX = tl.constexpr(
-    """{
+
+def _lut_ptx(sel: int, lo: int, hi: int, out: str, sq: int) -> str:
+    """The PTX of one lookup, its operands numbered by the caller: ``$sel`` selectors,
+    ``$lo``/``$lo+1`` low-byte words, ``$hi``/``$hi+1`` high-byte words; ``out``: where the
+    centroid pairs ``a`` (centroids 0, 1) and ``b`` (2, 3) go; ``$sq``: the float32 sum of
+    the four squares, summed in pairs as fp16x2 (two terms per half, so rounding stays far
+    below the fp16 key's own)."""
+    return f"""{{
 .reg .b32 l, h, a, b, q;
 .reg .b16 q0, q1;
 .reg .f32 f0, f1;
-prmt.b32 l, $6, $7, $5;
-prmt.b32 h, $8, $9, $5;
+prmt.b32 l, ${lo}, ${lo + 1}, ${sel};
+prmt.b32 h, ${hi}, ${hi + 1}, ${sel};
 prmt.b32 a, l, h, 0x5140;
 prmt.b32 b, l, h, 0x7362;
-mov.b32 {$0, $1}, a;
-mov.b32 {$2, $3}, b;
+{out}
 mul.rn.f16x2 q, a, a;
 fma.rn.f16x2 q, b, b, q;
-mov.b32 {q0, q1}, q;
+mov.b32 {{q0, q1}}, q;
 cvt.f32.f16 f0, q0;
 cvt.f32.f16 f1, q1;
-add.f32 $4, f0, f1;
-}"""
-)
+add.f32 ${sq}, f0, f1;
+}}"""
+
+
+# one lookup: the four centroids as fp16 ($0..$3), their squares' sum ($4)
+_LUT_PTX = tl.constexpr(_lut_ptx(5, 6, 8, "mov.b32 {$0, $1}, a;\nmov.b32 {$2, $3}, b;", 4))
+# one lookup: the centroids as two fp16 pairs in 32-bit registers ($0: 0 and 1, $1: 2 and
+# 3), their squares' sum ($2); where the caller keeps pairs, no register moves split them
+LUT_PAIRS_PTX = tl.constexpr(_lut_ptx(3, 4, 6, "mov.b32 $0, a;\nmov.b32 $1, b;", 2))
 
 
 def lut_words(centroids_fp16: torch.Tensor) -> torch.Tensor:

@@ -33,7 +33,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
-from ..key_lut import _LUT_PTX, selectors_fn
+from ..key_lut import LUT_PAIRS_PTX, selectors_fn
 from .bounds import request_bounds_fn
 
 # Triton 3.6 calls the CTA-wide barrier thread_barrier; later versions call it barrier
@@ -104,19 +104,22 @@ def _lut_keys(w0, w1, w2, la, lb, ha, hb):
     """fp16 centroids ``[NB, TPB, C, 2, 2, 2, 2, 2]`` of 3-bit chunks (words ``[NB, TPB, C]``
     each; position order once the last five axes are flattened), and each chunk's float32
     sum of squared centroids ``[NB, TPB, C]``: ``key_lut.lut_keys``'
-    register-table lookup, four codes per ``prmt`` pair (``key_lut._LUT_PTX``)."""
+    register-table lookup, four codes per ``prmt`` pair (``key_lut.LUT_PAIRS_PTX``: the
+    centroids come out as fp16 pairs in 32-bit registers, which the shared-memory store
+    takes as they are)."""
     # [..., 2, 2, 2]: group 4 a + 2 b + c at [a, b, c]
     sel = gl.join(_sel2(w0, w1, w2, 0, 2), _sel2(w0, w1, w2, 1, 2))
     z = sel * 0
-    c0, c1, c2, c3, sq = gl.inline_asm_elementwise(
-        _LUT_PTX,
-        "=h,=h,=h,=h,=f,r,r,r,r,r",
+    a, b, sq = gl.inline_asm_elementwise(
+        LUT_PAIRS_PTX,
+        "=r,=r,=f,r,r,r,r,r",
         [sel, z + la, z + lb, z + ha, z + hb],
-        dtype=(gl.float16, gl.float16, gl.float16, gl.float16, gl.float32),
+        dtype=(gl.uint32, gl.uint32, gl.float32),
         is_pure=True,
         pack=1,
     )
-    k = gl.join(gl.join(c0, c2), gl.join(c1, c3))
+    # [..., 2, 2]: centroid 2 i + j at [i, j]
+    k = _halves(gl.join(a, b)).to(gl.float16, bitcast=True)
     return k, gl.sum(gl.sum(gl.sum(sq, axis=5), axis=4), axis=3)
 
 
