@@ -196,6 +196,9 @@ def test_sweep_grid_varies_waves_only_where_they_choose_the_splits():
     knobs = attention_grid([32], [1], [(1, 1)], [32], [0], [16], None, [0, 1, 2], [0, 1])
     assert {(c.key_lut, c.value_words) for c in knobs} == {(k, v) for k in (0, 1, 2) for v in (0, 1)}
     assert {c.key_lut for c in grid} == {tuning.AttentionConfig.key_lut}
+    budgets = attention_grid([32], [1], [(1, 1)], [32], [0], [16], split_budget=[0, 4])
+    assert [c.split_budget for c in budgets] == [0, 4]
+    assert {c.split_budget for c in grid} == {tuning.AttentionConfig.split_budget}
 
 
 @pytest.mark.parametrize("kv_splits", [0, 32])
@@ -213,6 +216,7 @@ def test_sweep_entry_reads_back_as_the_measured_config(kv_splits):
         value_acc=0,
         key_lut=2,
         value_words=1,
+        split_budget=4,
     )
     entry = table_entry(cfg, 1.234567891)
     assert entry["ms"] == 1.23457

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from tqt_helpers import ON_GPU, assert_close, make_batch, reference, run_triton
 
 import tq_core
 import tq_triton
+from tq_triton.attention.bounds import balanced_chunk
+from tq_triton.attention.launch import kernel_constexprs
 
 PRESETS = list(tq_core.PRESETS)
 
@@ -53,6 +57,65 @@ def test_edge_lengths(preset, gen, device):
     b = make_batch(gen, preset, [5, 3, 1, 40, 9], [5, 0, 1, 11, 9], head_dim=64, num_kv_heads=1, group=3, device=device)
     for splits in (1, 7, 32):
         assert_close(*run_triton(b, splits=splits))
+
+
+@pytest.mark.parametrize("preset", ["turboquant_k3v4_nc", "turboquant_k8v4"])
+@pytest.mark.parametrize(
+    ("budget", "splits"),
+    [
+        (1, 8),  # fewer programs than (request, kv head) pairs: one split per request
+        (8, 8),  # the batch's total sets the split size: the longest request takes 6 splits
+        (64, 3),  # the grid's 3 splits set it: every request fits in 3
+    ],
+)
+def test_balanced_splits(preset, budget, splits, gen, device, monkeypatch):
+    """``split_budget``: one split size for the whole batch, from its lengths, so a long
+    request takes more of the grid's splits than a short one; every position is still
+    attended to exactly once."""
+    monkeypatch.setenv("TQ_SPLIT_BUDGET", str(budget))
+    seq_lens, q_lens = [700, 5, 129, 1, 300, 64], [1, 2, 8, 1, 3, 0]
+    b = make_batch(gen, preset, seq_lens, q_lens, head_dim=64, num_kv_heads=2, group=2, device=device)
+    assert_close(*run_triton(b, splits=splits))
+
+
+@triton.jit
+def _balanced_chunk_probe(SeqLens, Out, bt_cap, programs, NUM_SPLITS: tl.constexpr, BLOCK_KV: tl.constexpr):
+    chunk = balanced_chunk(SeqLens, 1, bt_cap, programs, NUM_SPLITS, BLOCK_KV)
+    first = (tl.program_id(0) == 0) & (tl.program_id(1) == 0) & (tl.program_id(2) == 0)
+    tl.store(Out, chunk, mask=first)
+
+
+@pytest.mark.parametrize(
+    ("seq_lens", "heads", "splits", "programs", "want"),
+    [
+        # verify-32k on an H200 (4 programs per SM): 8 splits of 4096 fill one wave of 528
+        ([32768] * 8, 8, 16, 4 * 132, 4544),
+        # the bench's ragged batch: the longest request takes 19 splits
+        ([16384, 9001, 30000, 517, 12345, 4099, 20000, 2048], 8, 32, 4 * 132, 1664),
+        # fewer programs than pairs: one split takes the whole batch's work
+        ([100, 5000], 4, 8, 4, 20416),
+        # the grid's splits bound it from below; lengths clamped to [0, capacity]
+        ([-3, 10**9, 7], 1, 4, 10**6, 16384),
+        # at most the block table's capacity
+        ([60000, 60000], 4, 8, 4, 1 << 16),
+    ],
+)
+def test_balanced_chunk(seq_lens, heads, splits, programs, want, device):
+    """The split size of ``split_budget`` for a batch (bounds.balanced_chunk_fn's rule)."""
+    sl = torch.tensor(seq_lens, dtype=torch.int32, device=device)
+    out = torch.zeros(1, dtype=torch.int64, device=device)
+    cap = 1 << 16  # the block table's capacity
+    _balanced_chunk_probe[(len(seq_lens), heads, splits)](sl, out, cap, programs, NUM_SPLITS=splits, BLOCK_KV=64)
+    assert int(out.item()) == want
+
+
+def test_balanced_splits_reach_the_kernel(monkeypatch):
+    """``split_budget`` > 0 with more than one split compiles the kernel with ``BALANCE``."""
+    p = tq_core.get_preset("turboquant_k8v4")
+    fields = p.kernel_fields(p.block_layout(64, 16, 2)).constexprs()
+    for budget, splits, want in ((0, 8, False), (4, 1, False), (4, 8, True)):
+        cfg = tq_triton.tuning.AttentionConfig(split_budget=budget)
+        assert kernel_constexprs(p, fields, cfg, 2, 4, splits, 1)["BALANCE"] is want
 
 
 def test_query_longer_than_hint_is_still_correct(gen, device):

@@ -27,7 +27,7 @@ needs_gluon = pytest.mark.skipif(not gluon_launch.gluon_available(), reason="thi
 GLUON_PRESETS = [n for n, p in tq_core.PRESETS.items() if gluon_launch.gluon_keys(p) and p.value_bits == 4]
 
 
-# (preset, group, block_q, block_kv, head_dim, splits[, buffers]): 16-, 32- and 64-row
+# (preset, group, block_q, block_kv, head_dim, splits[, buffers[, balance]]): 16-, 32- and 64-row
 # tiles, each head_dim, both key kinds
 COMPILED = [
     ("turboquant_k8v4", 4, 4, 32, 128, 1),
@@ -40,6 +40,8 @@ COMPILED = [
     ("turboquant_k3v4_nc", 1, 16, 32, 256, 1),
     ("turboquant_k8v4", 4, 8, 32, 128, 16, 2),  # two shared buffers per tile
     ("turboquant_k3v4_nc", 8, 8, 64, 128, 16, 2),
+    ("turboquant_k3v4_nc", 4, 8, 64, 128, 16, 1, 1),  # kv splits sized from the batch (split_budget)
+    ("turboquant_k8v4", 8, 8, 64, 128, 16, 1, 1),
 ]
 
 

@@ -159,9 +159,11 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("splits", [1, 3])
+# split_budget 8: kv splits sized from the batch's (clamped) lengths (AttentionConfig.split_budget)
+@pytest.mark.parametrize(("splits", "budget"), [(1, 0), (3, 0), (3, 8)])
 @pytest.mark.parametrize("case", list(CASES))
-def test_out_of_range_metadata(case, splits, gen, device):
+def test_out_of_range_metadata(case, splits, budget, gen, device, monkeypatch):
+    monkeypatch.setenv("TQ_SPLIT_BUDGET", str(budget))
     what, index, value, valid, zero_rows, unwritten = CASES[case]
     b = batch(gen, device)
     bt, sl, qsl = b.block_table, b.seq_lens, b.query_start_loc

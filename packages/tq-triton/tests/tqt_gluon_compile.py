@@ -1,7 +1,7 @@
 """Compile the Gluon attention kernel for sm_90 and report what its PTX holds (a helper of
 test_gluon_kernel.py, run in its own process without TRITON_INTERPRET).
 
-Usage: ``python tqt_gluon_compile.py PRESET,GROUP,BLOCK_Q,BLOCK_KV,HEAD_DIM,SPLITS[,BUFFERS] ...``; prints one
+Usage: ``python tqt_gluon_compile.py PRESET,GROUP,BLOCK_Q,BLOCK_KV,HEAD_DIM,SPLITS[,BUFFERS[,BALANCE]] ...``; prints one
 JSON list, an object of checks per configuration."""
 
 from __future__ import annotations
@@ -26,7 +26,11 @@ if __name__ == "__main__":
     out = []
     for arg in sys.argv[1:]:
         preset, *rest = arg.split(",")
-        group, block_q, block_kv, head_dim, splits, *buffers = (int(x) for x in rest)
-        kernel = compile_gluon(preset, group, block_q, block_kv, head_dim, splits, buffers=buffers[0] if buffers else 1)
+        group, block_q, block_kv, head_dim, splits, *extra = (int(x) for x in rest)
+        buffers = extra[0] if extra else 1
+        balance = extra[1] if len(extra) > 1 else 0
+        kernel = compile_gluon(
+            preset, group, block_q, block_kv, head_dim, splits, buffers=buffers, balance=bool(balance)
+        )
         out.append(checks(kernel.asm["ptx"]))
     print(json.dumps(out))

@@ -67,6 +67,13 @@ class AttentionConfig:
     # per tile (1) or two, the next tile decoded while this one is read (2); 0, elsewhere
     # and by default: the portable Triton kernel
     gluon: int = 0
+    # experimental, not yet timed: N > 0 sizes the kv splits from the batch's sequence
+    # lengths on the device: every request's sequence is cut into splits of one size, chosen
+    # so that all of them fill about one wave of N programs per multiprocessor, and no
+    # request takes more than the grid's splits (``kv_splits`` or the planned count, then an
+    # upper bound). A long request then takes more splits than a short one. 0: each
+    # request's sequence is divided evenly over the grid's splits
+    split_budget: int = 0
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,7 @@ _LIMITS: dict[str, tuple[int, int, bool]] = {
     "value_words": (0, 1, False),
     "min_rows": (16, 128, True),
     "gluon": (0, 2, False),
+    "split_budget": (0, 64, False),
 }
 ENV_OVERRIDES = {
     "TQ_BLOCK_KV": "block_kv",
@@ -110,6 +118,7 @@ ENV_OVERRIDES = {
     "TQ_VALUE_WORDS": "value_words",
     "TQ_MIN_ROWS": "min_rows",
     "TQ_GLUON": "gluon",
+    "TQ_SPLIT_BUDGET": "split_budget",
 }
 STORE_ENV_OVERRIDES = {
     "TQ_CODE_SEARCH": "code_search",

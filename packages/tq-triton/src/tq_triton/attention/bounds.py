@@ -18,14 +18,18 @@ def request_bounds_fn(
     stride_qs,
     bt_cap,
     num_query_rows,
+    chunk,
     NUM_SPLITS: tl.constexpr,
     BLOCK_KV: tl.constexpr,
+    BALANCE: tl.constexpr,
 ):
     """``(seq_len, q_start, q_len, kv_lo, kv_hi)`` of request ``r``'s program for ``split``:
     its seq_len clamped to ``[0, bt_cap]`` (the block table's capacity); its query rows
     inside ``[0, rows)``, where ``rows`` is ``query_start_loc[num_reqs]`` clamped to
     ``[0, num_query_rows]``, so even a non-monotone ``query_start_loc`` stays inside; the
-    split's share of the sequence ``[kv_lo, kv_hi)`` in whole tiles. Clamped in int64 (the
+    split's share of the sequence ``[kv_lo, kv_hi)`` in whole tiles: the sequence divided
+    evenly over ``NUM_SPLITS``, or with ``BALANCE`` splits of ``chunk`` positions
+    (:func:`balanced_chunk_fn`; splits past the sequence are empty). Clamped in int64 (the
     index tensors may be int64), then narrowed. Scalar operations only, so that Triton and
     Gluon compile the same function."""
     seq_len = tl.load(SeqLens + r * stride_sl).to(tl.int64)
@@ -36,10 +40,51 @@ def request_bounds_fn(
     q_end = tl.minimum(tl.maximum(tl.load(QueryStart + (r + 1) * stride_qs).to(tl.int64), q_start), rows)
     q_start = q_start.to(tl.int32)
     q_len = q_end.to(tl.int32) - q_start
-    per_split = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_KV) * BLOCK_KV
-    kv_lo = split * per_split
-    kv_hi = tl.minimum(kv_lo + per_split, seq_len)
+    if BALANCE:
+        # in int64: split x chunk can pass 2^31 where chunk is near the block table's capacity
+        lo = tl.minimum(split.to(tl.int64) * chunk, seq_len)
+        kv_lo = lo.to(tl.int32)
+        kv_hi = tl.minimum(lo + chunk, seq_len).to(tl.int32)
+    else:
+        per_split = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_KV) * BLOCK_KV
+        kv_lo = split * per_split
+        kv_hi = tl.minimum(kv_lo + per_split, seq_len)
     return seq_len, q_start, q_len, kv_lo, kv_hi
 
 
+def balanced_chunk_fn(total, longest, bt_cap, programs, NUM_SPLITS: tl.constexpr, BLOCK_KV: tl.constexpr):
+    """Positions per kv split for the whole batch (``BALANCE``): ``total`` is the batch's
+    summed (clamped) sequence lengths and ``longest`` its longest, both int64. A request of
+    ``n`` positions takes ``cdiv(n, chunk)`` splits, and over the batch's requests and kv
+    heads these fill at most ``programs`` programs (one wave) where that is possible: each
+    request rounds up by less than one split, so ``total / (programs - pairs)`` positions
+    per split are enough. The chunk is at least ``cdiv(longest, NUM_SPLITS)`` (no request
+    needs more splits than the grid has) and one tile, at most the block table's capacity
+    ``bt_cap`` rounded up to whole tiles; int64. Scalar operations only (see :func:`request_bounds_fn`)."""
+    heads = tl.num_programs(1).to(tl.int64)
+    spare = tl.maximum(programs - tl.num_programs(0).to(tl.int64) * heads, 1)
+    chunk = tl.maximum(tl.cdiv(total * heads, spare), tl.cdiv(longest, NUM_SPLITS))
+    chunk = tl.minimum(chunk, bt_cap)
+    return tl.maximum(tl.cdiv(chunk, BLOCK_KV), 1) * BLOCK_KV
+
+
 request_bounds = triton.jit(request_bounds_fn)
+balanced_chunk_jit = triton.jit(balanced_chunk_fn)
+
+
+@triton.jit
+def balanced_chunk(SeqLens, stride_sl, bt_cap, programs, NUM_SPLITS: tl.constexpr, BLOCK_KV: tl.constexpr):
+    """:func:`balanced_chunk_fn` of the batch's sequence lengths, each clamped to
+    ``[0, bt_cap]`` as :func:`request_bounds_fn` clamps it (Triton; the Gluon kernel has
+    its own loads, in its layouts)."""
+    BLOCK_R: tl.constexpr = 128
+    num_reqs = tl.num_programs(0)
+    total = tl.zeros([], tl.int64)
+    longest = tl.zeros([], tl.int64)
+    for i in range(0, num_reqs, BLOCK_R):
+        idx = i + tl.arange(0, BLOCK_R)
+        sl = tl.load(SeqLens + idx.to(tl.int64) * stride_sl, mask=idx < num_reqs, other=0).to(tl.int64)
+        sl = tl.minimum(tl.maximum(sl, 0), bt_cap)
+        total += tl.sum(sl, axis=0)
+        longest = tl.maximum(longest, tl.max(sl, axis=0))
+    return balanced_chunk_jit(total, longest, bt_cap, programs, NUM_SPLITS, BLOCK_KV)

@@ -34,7 +34,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from ..key_lut import LUT_PAIRS_PTX, selectors_fn
-from .bounds import request_bounds_fn
+from .bounds import balanced_chunk_fn, request_bounds_fn
 
 # Triton 3.6 calls the CTA-wide barrier thread_barrier; later versions call it barrier
 _barrier = getattr(gl, "thread_barrier", None) or gl.barrier
@@ -84,6 +84,27 @@ def _value_words_to_fp16(w):
 
 # the metadata clamps that kernel.attention_kernel compiles as Triton, compiled as Gluon
 _request_bounds = gluon.jit(request_bounds_fn)
+_balanced_chunk_of = gluon.jit(balanced_chunk_fn)
+
+
+@gluon.jit
+def _balanced_chunk(
+    SeqLens, stride_sl, bt_cap, programs, NUM_SPLITS: gl.constexpr, BLOCK_KV: gl.constexpr, WARPS: gl.constexpr
+):
+    """``bounds.balanced_chunk``, its loads in a Gluon layout."""
+    BLOCK_R: gl.constexpr = 128
+    LR: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
+    num_reqs = gl.num_programs(0)
+    total = (num_reqs * 0).to(gl.int64)
+    longest = total
+    for i in range(0, num_reqs, BLOCK_R):
+        idx = i + gl.arange(0, BLOCK_R, layout=LR)
+        sl = gl.load(SeqLens + idx.to(gl.int64) * stride_sl, mask=idx < num_reqs, other=0).to(gl.int64)
+        sl = gl.minimum(gl.maximum(sl, 0), bt_cap)
+        total += gl.sum(sl, axis=0)
+        longest = gl.maximum(longest, gl.max(sl, axis=0))
+    return _balanced_chunk_of(total, longest, bt_cap, programs, NUM_SPLITS, BLOCK_KV)
+
 
 # key_lut's selector function, compiled as Gluon (a Gluon kernel cannot call a Triton function)
 _selectors = gluon.jit(selectors_fn)
@@ -278,6 +299,7 @@ def gluon_attention_kernel(
     stride_bc,
     stride_sl,
     stride_qs,
+    split_programs,
     G: gl.constexpr,
     G_PAD: gl.constexpr,
     NUM_Q_HEADS: gl.constexpr,
@@ -302,6 +324,7 @@ def gluon_attention_kernel(
     SATURATE_QUERY: gl.constexpr,
     WARPS: gl.constexpr,
     BUFFERS: gl.constexpr = 1,
+    BALANCE: gl.constexpr = False,
 ):
     """``WARPS``: the launch's warps, ``BLOCK_Q * G_PAD / 16`` (one per 16 query rows), at
     most 4. Keys fp8 or 3-bit codebook codes (``Centroids`` is then ``key_lut.lut_words``'
@@ -339,8 +362,22 @@ def gluon_attention_kernel(
     r = gl.program_id(0)
     h = gl.program_id(1)
     split = gl.program_id(2)
+    chunk = 0
+    if BALANCE:
+        chunk = _balanced_chunk(SeqLens, stride_sl, bt_cap, split_programs, NUM_SPLITS, BLOCK_KV, WARPS)
     seq_len, q_start, q_len, kv_lo, kv_hi = _request_bounds(
-        SeqLens, QueryStart, r, split, stride_sl, stride_qs, bt_cap, num_query_rows, NUM_SPLITS, BLOCK_KV
+        SeqLens,
+        QueryStart,
+        r,
+        split,
+        stride_sl,
+        stride_qs,
+        bt_cap,
+        num_query_rows,
+        chunk,
+        NUM_SPLITS,
+        BLOCK_KV,
+        BALANCE,
     )
     head_base = Cache + h.to(gl.int64) * HEAD_STRIDE
     bt_row = BlockTable + r.to(gl.int64) * stride_bt

@@ -126,11 +126,13 @@ def compile_gluon(
     sm: int = 90,
     buffers: int = 1,
     maxnreg: int = 0,
+    balance: bool = False,
 ) -> Any:
     """The kernel compiled without a GPU for an NVIDIA target ``sm`` (default 90: H100/H200), as
     the launcher specialises it (group a power of two; 2 kv heads, 16-token blocks) and
     Triton's compiled kernel returns it (``.asm["ptx"]``, ``.asm["cubin"]``); ``maxnreg``:
-    a register cap per thread, as ``max_registers`` passes it (0: none). Not under
+    a register cap per thread, as ``max_registers`` passes it (0: none); ``balance``:
+    kv splits sized from the batch's lengths (``BALANCE``, ``AttentionConfig.split_budget``). Not under
     ``TRITON_INTERPRET=1``, where Gluon functions cannot compile."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -152,6 +154,7 @@ def compile_gluon(
         SATURATE_QUERY=False,
         WARPS=warps,
         BUFFERS=buffers,
+        BALANCE=balance,
     )
     types = {"Q": "*bf16", "Cache": "*u8", "Out": "*bf16", "Partial": "*fp32", "Lse": "*fp32", "Centroids": "*fp32"}
     types |= {"q_mul": "fp32", "q_scale": "fp32", "stride_blk": "i64"}

@@ -23,7 +23,7 @@ import triton.language as tl
 
 from ..hadamard import fwht_rows
 from ..value_words import value_columns
-from .bounds import request_bounds
+from .bounds import balanced_chunk, request_bounds
 from .tile import attend_tile, load_tile, tile_block_ids
 
 
@@ -52,6 +52,7 @@ def attention_kernel(
     stride_bc,
     stride_sl,
     stride_qs,
+    split_programs,
     G: tl.constexpr,
     G_PAD: tl.constexpr,
     NUM_Q_HEADS: tl.constexpr,
@@ -80,6 +81,7 @@ def attention_kernel(
     SATURATE_QUERY: tl.constexpr,
     KEY_LUT: tl.constexpr = 0,
     VALUE_WORDS: tl.constexpr = False,
+    BALANCE: tl.constexpr = False,
 ):
     """``PREFETCH``: issue each tile's loads one iteration ahead of its decoding (and its
     block ids two ahead), by hand; the loop then carries no ``num_stages`` of its own
@@ -89,15 +91,31 @@ def attention_kernel(
     fp16 cast; False where that cast saturates by itself (see ``launch.cast_saturates``).
     ``KEY_LUT``: see ``tile.attend_tile`` (``Centroids`` is then the register table).
     ``VALUE_WORDS``: 4-bit value codes decoded two per 32-bit operation; the output's
-    columns then go through ``value_words.value_columns``."""
+    columns then go through ``value_words.value_columns``. ``BALANCE``: the kv splits are
+    sized from the batch's lengths for about ``split_programs`` programs
+    (``bounds.balanced_chunk``); otherwise each request's sequence is divided evenly."""
     r = tl.program_id(0)
     h = tl.program_id(1)
     split = tl.program_id(2)
     BLOCK_M: tl.constexpr = BLOCK_Q * G_PAD
 
     # the request's sequence, query rows and this split's share, clamped (bounds.py)
+    chunk = 0
+    if BALANCE:
+        chunk = balanced_chunk(SeqLens, stride_sl, bt_cap, split_programs, NUM_SPLITS, BLOCK_KV)
     seq_len, q_start, q_len, kv_lo, kv_hi = request_bounds(
-        SeqLens, QueryStart, r, split, stride_sl, stride_qs, bt_cap, num_query_rows, NUM_SPLITS, BLOCK_KV
+        SeqLens,
+        QueryStart,
+        r,
+        split,
+        stride_sl,
+        stride_qs,
+        bt_cap,
+        num_query_rows,
+        chunk,
+        NUM_SPLITS,
+        BLOCK_KV,
+        BALANCE,
     )
 
     m_idx = tl.arange(0, BLOCK_M)

@@ -10,7 +10,7 @@ import torch
 from tq_core import Preset, RangeError, ShapeError
 from tq_core.contract import check_attention_args, debug_enabled
 
-from ..device import check_runnable, interpreter_active
+from ..device import check_runnable, interpreter_active, multiprocessor_count
 from ..device_tensors import codebook, dummy, lut_table
 from ..tuning import AttentionConfig, launch_options, register_cap
 from .gluon_launch import gluon_applies, launch_gluon
@@ -170,6 +170,8 @@ def attention(
         block_table.stride(1),
         seq_lens.stride(0),
         query_start_loc.stride(0),
+        # programs that the balanced kv splits aim to fill (AttentionConfig.split_budget)
+        cfg.split_budget * multiprocessor_count(dev) if cfg.split_budget else 0,
     )
     constexprs = kernel_constexprs(
         p,
@@ -239,6 +241,7 @@ def kernel_constexprs(
         **fields,
         NORM_CORRECTION=preset.norm_correction,
         PREFETCH=cfg.prefetch,
+        BALANCE=bool(cfg.split_budget) and splits > 1,
         # the prefetch mode stages loads by hand: its loop carries no num_stages
         LOOP_STAGES=None if cfg.prefetch else cfg.num_stages,
         VALUE_ACC=cfg.value_acc,

@@ -136,6 +136,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         f"buffers per tile (default {AttentionConfig.gluon})",
     )
     p.add_argument(
+        "--split-budget",
+        type=int_list(0),
+        default=str(AttentionConfig.split_budget),
+        help="comma list of split budgets; N > 0: kv splits of one size for the whole batch, sized on the device "
+        "from its lengths for about N programs per multiprocessor (the split count is then an upper bound); "
+        f"0: each request's sequence divided evenly (default {AttentionConfig.split_budget})",
+    )
+    p.add_argument(
         "--seq-len", type=positive_int, default=None, help="override the shapes' sequence length (default 32768)"
     )
     p.add_argument(
@@ -165,10 +173,12 @@ def attention_grid(
     value_words: list[int] | None = None,
     min_rows: list[int] | None = None,
     gluon: list[int] | None = None,
+    split_budget: list[int] | None = None,
 ) -> list[AttentionConfig]:
     """Every combination to time; `modes` are (prefetch, stages). Waves only vary where the
     split count is chosen from the grid (splits 0); fixed split counts are timed once.
-    `value_acc`, `key_lut`, `value_words`, `min_rows`, `gluon`: None keeps AttentionConfig's default."""
+    `value_acc`, `key_lut`, `value_words`, `min_rows`, `gluon`, `split_budget`: None keeps
+    AttentionConfig's default."""
     return [
         AttentionConfig(
             block_kv=bkv,
@@ -183,6 +193,7 @@ def attention_grid(
             value_words=vw,
             min_rows=mr,
             gluon=gk,
+            split_budget=sb,
         )
         for bkv, w, (pf, st), sp, reg in itertools.product(block_kv, warps, modes, splits, max_registers)
         for wv in (waves if sp == 0 else [AttentionConfig.waves])
@@ -191,6 +202,7 @@ def attention_grid(
         for vw in (value_words or [AttentionConfig.value_words])
         for mr in (min_rows or [AttentionConfig.min_rows])
         for gk in (gluon or [AttentionConfig.gluon])
+        for sb in (split_budget or [AttentionConfig.split_budget])
     ]
 
 
@@ -208,6 +220,7 @@ def table_entry(cfg: AttentionConfig, ms: float) -> dict[str, int | float]:
         "value_words",
         "min_rows",
         "gluon",
+        "split_budget",
     ]
     if cfg.kv_splits == 0:
         keys.append("waves")
@@ -230,6 +243,7 @@ def run(args: argparse.Namespace) -> int:
         args.value_words,
         args.min_rows,
         args.gluon,
+        args.split_budget,
     )
     dev = gpu_device()
     name = device_key(dev)
