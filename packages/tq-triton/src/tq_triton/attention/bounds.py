@@ -12,8 +12,6 @@ import triton.language as tl
 def request_bounds_fn(
     SeqLens,
     QueryStart,
-    r,
-    split,
     stride_sl,
     stride_qs,
     bt_cap,
@@ -23,8 +21,9 @@ def request_bounds_fn(
     BLOCK_KV: tl.constexpr,
     BALANCE: tl.constexpr,
 ):
-    """``(seq_len, q_start, q_len, kv_lo, kv_hi)`` of request ``r``'s program for ``split``:
-    its seq_len clamped to ``[0, bt_cap]`` (the block table's capacity); its query rows
+    """``(seq_len, q_start, q_len, kv_lo, kv_hi)`` of this program's request and kv split
+    (program ids 0 and 2): its seq_len clamped to ``[0, bt_cap]`` (the block table's
+    capacity); its query rows
     inside ``[0, rows)``, where ``rows`` is ``query_start_loc[num_reqs]`` clamped to
     ``[0, num_query_rows]``, so even a non-monotone ``query_start_loc`` stays inside; the
     split's share of the sequence ``[kv_lo, kv_hi)`` in whole tiles: the sequence divided
@@ -32,6 +31,8 @@ def request_bounds_fn(
     (:func:`balanced_chunk_fn`; splits past the sequence are empty). Clamped in int64 (the
     index tensors may be int64), then narrowed. Scalar operations only, so that Triton and
     Gluon compile the same function."""
+    r = tl.program_id(0)
+    split = tl.program_id(2)
     seq_len = tl.load(SeqLens + r * stride_sl).to(tl.int64)
     seq_len = tl.minimum(tl.maximum(seq_len, 0), bt_cap).to(tl.int32)
     num_reqs = tl.num_programs(0)

@@ -366,18 +366,7 @@ def gluon_attention_kernel(
     if BALANCE:
         chunk = _balanced_chunk(SeqLens, stride_sl, bt_cap, split_programs, NUM_SPLITS, BLOCK_KV, WARPS)
     seq_len, q_start, q_len, kv_lo, kv_hi = _request_bounds(
-        SeqLens,
-        QueryStart,
-        r,
-        split,
-        stride_sl,
-        stride_qs,
-        bt_cap,
-        num_query_rows,
-        chunk,
-        NUM_SPLITS,
-        BLOCK_KV,
-        BALANCE,
+        SeqLens, QueryStart, stride_sl, stride_qs, bt_cap, num_query_rows, chunk, NUM_SPLITS, BLOCK_KV, BALANCE
     )
     head_base = Cache + h.to(gl.int64) * HEAD_STRIDE
     bt_row = BlockTable + r.to(gl.int64) * stride_bt

@@ -104,18 +104,7 @@ def attention_kernel(
     if BALANCE:
         chunk = balanced_chunk(SeqLens, stride_sl, bt_cap, split_programs, NUM_SPLITS, BLOCK_KV)
     seq_len, q_start, q_len, kv_lo, kv_hi = request_bounds(
-        SeqLens,
-        QueryStart,
-        r,
-        split,
-        stride_sl,
-        stride_qs,
-        bt_cap,
-        num_query_rows,
-        chunk,
-        NUM_SPLITS,
-        BLOCK_KV,
-        BALANCE,
+        SeqLens, QueryStart, stride_sl, stride_qs, bt_cap, num_query_rows, chunk, NUM_SPLITS, BLOCK_KV, BALANCE
     )
 
     m_idx = tl.arange(0, BLOCK_M)
