@@ -164,8 +164,8 @@ def attention_cfg(preset: str, query_len: int, rows: int = 0) -> Any:
 def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
     """Every launch to compile. ``knobs``: also each attention launch with the experimental
     kernel knobs on (``KEY_LUT`` 2, the register table's integer emulation, for 3-bit
-    codebook keys; ``VALUE_WORDS`` for 4-bit values), which the xpu path does not use by
-    default."""
+    codebook keys; ``VALUE_WORDS`` for 4-bit values; ``BALANCE``, ``split_budget``'s split
+    sizes, where the launch has kv splits), which the xpu path does not use by default."""
     import tq_core
 
     from .attention.kernel import MERGE_WARPS, attention_kernel, merge_kernel
@@ -222,7 +222,7 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
                         variants = [("", cx, types)]
                         if knobs:
                             lut = 2 if not p.key_is_fp8 and p.key_bits == 3 else 0
-                            kcx = dict(cx, KEY_LUT=lut, VALUE_WORDS=p.value_bits == 4)
+                            kcx = dict(cx, KEY_LUT=lut, VALUE_WORDS=p.value_bits == 4, BALANCE=splits > 1)
                             variants.append((" knobs", kcx, dict(types, Centroids="*i32") if lut else types))
                         for suffix, vcx, vtypes in variants:
                             yield Job(
@@ -377,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--knobs",
         action="store_true",
-        help="also compile each attention launch with the experimental knobs on (key_lut 2, value_words 1)",
+        help="also compile each attention launch with the experimental knobs on (key_lut 2, value_words 1, "
+        "split_budget where there are kv splits)",
     )
     ap.add_argument(
         "--jobs",

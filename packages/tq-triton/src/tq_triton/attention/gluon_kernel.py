@@ -192,9 +192,9 @@ def _load_tile(
     KEY_FP8: gl.constexpr,
 ):
     """Issue the loads of the tile at ``start`` in blocks ``blk`` (:func:`_load_blocks`;
-    nothing from ``hi`` on): key words
-    ``[NB, TPB, W]`` (fp8: ``W = D // 4``, four bytes per word; 3-bit codes: the three
-    words ``k0, k1, k2`` of each 32-code chunk, ``W = D // 32``), the key norms ``[NB, TPB]``
+    nothing from ``hi`` on): key words ``[NB, TPB, W]`` (fp8: ``W = D // 4``, four bytes
+    per word; 3-bit codes: the three words ``k0, k1, k2`` of each 32-code chunk,
+    ``W = D // 32``), the key norms ``[NB, TPB]``
     (3-bit keys; fp8 keys return the value scales there), value words ``[NB, TPB, D // 8]``,
     value scales and zero points ``[NB, TPB]``. ``where``: ``(bt_row, stride_bc, head_base,
     stride_blk, hi, last_block)``; ``offsets``: ``(kofs, vofs, tok_k, tok_v, tok_s)``, each

@@ -130,10 +130,10 @@ def compile_gluon(
 ) -> Any:
     """The kernel compiled without a GPU for an NVIDIA target ``sm`` (default 90: H100/H200), as
     the launcher specialises it (group a power of two; 2 kv heads, 16-token blocks) and
-    Triton's compiled kernel returns it (``.asm["ptx"]``, ``.asm["cubin"]``); ``maxnreg``:
-    a register cap per thread, as ``max_registers`` passes it (0: none); ``balance``:
-    kv splits sized from the batch's lengths (``BALANCE``, ``AttentionConfig.split_budget``). Not under
-    ``TRITON_INTERPRET=1``, where Gluon functions cannot compile."""
+    Triton's compiled kernel returns it (``.asm["ptx"]``, ``.asm["cubin"]``). ``maxnreg``:
+    a register cap per thread, as ``max_registers`` passes it (0: none); ``balance``: kv
+    splits sized from the batch's lengths (``BALANCE``, ``AttentionConfig.split_budget``).
+    Not under ``TRITON_INTERPRET=1``, where Gluon functions cannot compile."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
