@@ -236,16 +236,25 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
                             )
     for d in head_dims:
         splits = attention_cfg(presets[0], 1).max_kv_splits
-        mcx = dict(NUM_Q_HEADS=4 * NUM_KV_HEADS, NUM_SPLITS=splits, SPLITS_PAD=next_pow2(splits), D=d, stride_qs=1)
         mtypes = {"Partial": "*fp32", "Lse": "*fp32", "Out": f"*{INPUT_DTYPE}", "QueryStart": "*i32"}
-        yield Job(
-            "merge",
-            f"d{d} s{splits}",
-            merge_kernel,
-            _signature(merge_kernel.arg_names, mcx, mtypes),
-            mcx,
-            dict(num_warps=MERGE_WARPS, **xpu_opts),
-        )
+        # VALUE_COLUMNS: partial outputs of 4-bit values (the launcher sets it from VALUE_WORDS)
+        for columns in (False, True):
+            mcx = dict(
+                NUM_Q_HEADS=4 * NUM_KV_HEADS,
+                NUM_SPLITS=splits,
+                SPLITS_PAD=next_pow2(splits),
+                D=d,
+                VALUE_COLUMNS=columns,
+                stride_qs=1,
+            )
+            yield Job(
+                "merge",
+                f"d{d} s{splits}{' value_columns' if columns else ''}",
+                merge_kernel,
+                _signature(merge_kernel.arg_names, mcx, mtypes),
+                mcx,
+                dict(num_warps=MERGE_WARPS, **xpu_opts),
+            )
 
 
 def _explain(exc: BaseException) -> str:

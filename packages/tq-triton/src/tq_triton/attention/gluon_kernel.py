@@ -617,5 +617,7 @@ def gluon_attention_kernel(
         else:
             lse = gl.where(l_i > 0, m_i + gl.log2(gl.where(l_i > 0, l_i, 1.0)), float("-inf"))
             slot = (q_row * NUM_Q_HEADS + head) * NUM_SPLITS + split
-            gl.store(Partial + slot[:, None] * D + dout[None, :], o, mask=row_ok[:, None])
+            # in the accumulator's column order (merge_kernel's VALUE_COLUMNS): pairs of
+            # neighbouring columns leave in one vector store
+            gl.store(Partial + slot[:, None] * D + dcol[None, :], o, mask=row_ok[:, None])
             gl.store(Lse + slot, lse, mask=row_ok)

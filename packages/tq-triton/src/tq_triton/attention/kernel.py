@@ -228,20 +228,21 @@ def attention_kernel(
             )
 
         o = (acc * f_i + r_i[:, None]) / tl.where(l_i > 0, l_i, 1.0)[:, None]
-        if VALUE_WORDS:
-            dv = value_columns(d)
-        else:
-            dv = d
         if NUM_SPLITS == 1:
+            if VALUE_WORDS:
+                dv = value_columns(d)
+            else:
+                dv = d
             tl.store(
                 Out + q_row[:, None] * stride_ot + head[:, None] * stride_oh + dv[None, :],
                 o.to(Out.dtype.element_ty),
                 mask=row_ok[:, None],
             )
         else:
+            # in the accumulator's column order: merge_kernel's VALUE_COLUMNS puts them in place
             lse = tl.where(l_i > 0, m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0)), float("-inf"))
             slot = (q_row * NUM_Q_HEADS + head) * NUM_SPLITS + split
-            tl.store(Partial + slot[:, None] * D + dv[None, :], o, mask=row_ok[:, None])
+            tl.store(Partial + slot[:, None] * D + d[None, :], o, mask=row_ok[:, None])
             tl.store(Lse + slot, lse, mask=row_ok)
 
 
@@ -265,10 +266,14 @@ def merge_kernel(
     NUM_SPLITS: tl.constexpr,
     SPLITS_PAD: tl.constexpr,
     D: tl.constexpr,
+    VALUE_COLUMNS: tl.constexpr = False,
 ):
     """Each output row from its splits' partial outputs, weighted by their log-sum-exp.
     One program per (query row, q head) of the query: a row from ``query_start_loc[num_reqs]``
-    on (the attention kernel's ``rows``) is neither read nor written."""
+    on (the attention kernel's ``rows``) is neither read nor written. ``VALUE_COLUMNS``: the
+    partial outputs' column ``c`` holds head_dim index ``value_words.value_columns(c)`` (the
+    attention kernels store their accumulator's columns as they are, so that each thread's
+    neighbouring columns leave in one vector store)."""
     t = tl.program_id(0).to(tl.int64)
     hq = tl.program_id(1)
     total = tl.load(QueryStart + num_reqs * stride_qs).to(tl.int64)
@@ -283,4 +288,8 @@ def merge_kernel(
     part = tl.load(Partial + slot[:, None] * D + d[None, :], mask=s_ok[:, None], other=0.0)
     den = tl.sum(w, axis=0)
     o = tl.sum(w[:, None] * part, axis=0) / tl.where(den > 0, den, 1.0)
-    tl.store(Out + t * stride_ot + hq * stride_oh + d, o.to(Out.dtype.element_ty), mask=d * 0 + t < total)
+    if VALUE_COLUMNS:
+        dv = value_columns(d)
+    else:
+        dv = d
+    tl.store(Out + t * stride_ot + hq * stride_oh + dv, o.to(Out.dtype.element_ty), mask=d * 0 + t < total)

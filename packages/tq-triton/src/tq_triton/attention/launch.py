@@ -208,6 +208,8 @@ def attention(
             NUM_SPLITS=splits,
             SPLITS_PAD=next_pow2(splits),
             D=d,
+            # both kernels keep 4-bit values' columns in value_words order
+            VALUE_COLUMNS=use_gluon or constexprs["VALUE_WORDS"],
             num_warps=MERGE_WARPS,
         )
     return out
