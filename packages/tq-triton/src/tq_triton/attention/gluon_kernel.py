@@ -342,13 +342,16 @@ def gluon_attention_kernel(
     COL: gl.constexpr = gl.SliceLayout(0, MMA)
     # key words [NB, TPB, W], TD threads along head_dim, lanes and warps along the group's
     # positions, the groups in registers. fp8: W = D // 4, 4 words (16 keys) per thread;
-    # 3-bit codes: W = D // 32 chunks, one chunk (32 codes, 3 words) per thread
+    # 3-bit codes: W = D // 32 chunks, one chunk (32 codes, 3 words) per thread. Warps that
+    # the group's positions cannot take (3-bit codes: 8 positions per warp, so 2 warps per
+    # 16-position block) go along the groups, so that no two warps decode the same keys
     TD: gl.constexpr = D // 16 if KEY_FP8 else D // 32
     KW: gl.constexpr = 4 if KEY_FP8 else 1
-    K3: gl.constexpr = gl.BlockedLayout([1, 1, KW], [1, 32 // TD, TD], [1, WARPS, 1], [2, 1, 0])
+    WP: gl.constexpr = max(min(WARPS, TPB // (32 // TD)), 1)
+    K3: gl.constexpr = gl.BlockedLayout([1, 1, KW], [1, 32 // TD, TD], [WARPS // WP, WP, 1], [2, 1, 0])
     # value words [NB, TPB, D // 8]: D // 8 / TD words per thread, the keys' positions per
     # thread, so one address per group serves both
-    V3: gl.constexpr = gl.BlockedLayout([1, 1, D // 8 // TD], [1, 32 // TD, TD], [1, WARPS, 1], [2, 1, 0])
+    V3: gl.constexpr = gl.BlockedLayout([1, 1, D // 8 // TD], [1, 32 // TD, TD], [WARPS // WP, WP, 1], [2, 1, 0])
     S2: gl.constexpr = gl.SliceLayout(2, K3)
     BL: gl.constexpr = gl.SliceLayout(1, S2)
     BLV: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, V3))
