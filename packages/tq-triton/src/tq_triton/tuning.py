@@ -67,12 +67,13 @@ class AttentionConfig:
     # per tile (1) or two, the next tile decoded while this one is read (2); 0, elsewhere
     # and by default: the portable Triton kernel
     gluon: int = 0
-    # experimental, not yet timed: N > 0 sizes the kv splits from the batch's sequence
-    # lengths on the device: every request's sequence is cut into splits of one size, chosen
-    # so that all of them fill about one wave of N programs per multiprocessor, and no
-    # request takes more than the grid's splits (``kv_splits`` or the planned count, then an
-    # upper bound). A long request then takes more splits than a short one. 0: each
-    # request's sequence is divided evenly over the grid's splits
+    # experimental: N > 0 sizes the kv splits from the batch's sequence lengths on the
+    # device: every request's sequence is cut into splits of one size, chosen so that all
+    # of them fill about one wave of N programs per multiprocessor, and no request takes
+    # more than the grid's splits (``kv_splits`` or the planned count, then an upper
+    # bound). A long request then takes more splits than a short one. On the H200 it is
+    # slower than the table's even splits on every shape timed but one (docs/perf/h200.md).
+    # 0: each request's sequence is divided evenly over the grid's splits
     split_budget: int = 0
 
 
