@@ -1,5 +1,6 @@
 # ruff: noqa
 """Ablation of the Gluon kernel's fixed costs at poc (and verify-32k), one process."""
+
 import importlib
 import torch
 from dataclasses import replace
@@ -24,8 +25,15 @@ for s in ["poc", "verify-32k"]:
                 if n == "nohad" and "k8" in preset:
                     continue
                 gk.gluon_attention_kernel = k
-                res.setdefault(n, []).append(bench.time_ms(lambda: bench.run_tq(case, config=cfg), warmup=10, rep=200) * 1000)
+                res.setdefault(n, []).append(
+                    bench.time_ms(lambda: bench.run_tq(case, config=cfg), warmup=10, rep=200) * 1000
+                )
                 outs[n] = bench.run_tq(case, config=cfg).float().clone()
         gk.gluon_attention_kernel = V["base"]
         d = (outs["early"] - outs["base"]).abs().max().item()
-        print(f"{preset[11:]:8} {s:10} " + " ".join(f"{k}={min(v):.1f}" for k, v in res.items()) + f" us; early diff {d:.1e}", flush=True)
+        print(
+            f"{preset[11:]:8} {s:10} "
+            + " ".join(f"{k}={min(v):.1f}" for k, v in res.items())
+            + f" us; early diff {d:.1e}",
+            flush=True,
+        )

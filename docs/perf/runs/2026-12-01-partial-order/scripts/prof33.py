@@ -1,5 +1,6 @@
 # ruff: noqa
 """poc: GPU time per kernel (torch.profiler, eager) and CUDA-graph time per call."""
+
 import torch
 from dataclasses import replace
 from torch.profiler import profile, ProfilerActivity
@@ -36,10 +37,17 @@ for s in ["poc", "verify-32k"]:
         base = cfg_for(case, preset)
         variants = [("table", base)]
         if s == "poc":
-            variants += [(f"g{g}s{sp}", replace(base, gluon=g, kv_splits=sp, block_kv=64 if g else base.block_kv)) for g in (0, 1) for sp in (4, 8, 16, 32)]
+            variants += [
+                (f"g{g}s{sp}", replace(base, gluon=g, kv_splits=sp, block_kv=64 if g else base.block_kv))
+                for g in (0, 1)
+                for sp in (4, 8, 16, 32)
+            ]
         for name, c in variants:
             gt = bench.time_ms(lambda: bench.run_tq(case, config=c), warmup=10, rep=200) * 1000
-            print(f"{preset[11:]:8} {s:10} {name:6} graph {gt:6.1f}us | {kernels(lambda: bench.run_tq(case, config=c))}", flush=True)
+            print(
+                f"{preset[11:]:8} {s:10} {name:6} graph {gt:6.1f}us | {kernels(lambda: bench.run_tq(case, config=c))}",
+                flush=True,
+            )
         if preset == "turboquant_k8v4":
             for label, fn, _ in bench.bf16_candidates(case):
                 if "math" in label or "+mask" in label:

@@ -1,5 +1,6 @@
 # ruff: noqa
 """split_budget on the H200: table vs budgets 1/2/4 with the table's splits and 32."""
+
 import torch
 from dataclasses import replace
 from tq_triton import bench
