@@ -10,8 +10,8 @@ through the line table. Example, the shipped H200 decode configuration::
     PYTHONPATH=/tmp/t36:packages/tq-core/src:packages/tq-triton/src \\
         python3 docs/perf/scripts/static_loop.py --preset turboquant_k3v4_nc --block-kv 32 --warps 1
 
-``--gluon 1`` (``2``: two shared buffers per tile) counts the explicit-layout kernel
-(attention/gluon_kernel.py) instead.
+``--gluon 1`` (``2``: two shared buffers per tile; ``3``: Hopper's warpgroup products, 64
+rows) counts the explicit-layout kernel (attention/gluon_kernel.py) instead.
 Static counts rank the work in a loop; they do not predict time (docs/perf/h200.md).
 """
 
@@ -171,10 +171,10 @@ def main() -> None:
         "--gluon",
         type=int,
         default=0,
-        choices=(0, 1, 2),
-        help="the explicit-layout kernel with 1 or 2 shared buffers per tile (fp8 or 3-bit keys, 4-bit values; "
-        "one warp per 16 rows: --warps, --prefetch, --stages, --value-acc, --key-lut, --value-words, "
-        "--max-registers do not apply)",
+        choices=(0, 1, 2, 3),
+        help="the explicit-layout kernel with 1 or 2 shared buffers per tile, or 3: one buffer and Hopper's "
+        "warpgroup products (64 rows) (fp8 or 3-bit keys, 4-bit values; one warp per 16 rows: --warps, "
+        "--prefetch, --stages, --value-acc, --key-lut, --value-words, --max-registers do not apply)",
     )
     args = ap.parse_args()
     if args.group * args.block_q < 16 or not math.log2(args.group).is_integer():
@@ -190,8 +190,9 @@ def main() -> None:
             args.block_kv,
             args.head_dim,
             args.splits,
-            buffers=args.gluon,
+            buffers=2 if args.gluon == 2 else 1,
             maxnreg=args.max_registers,
+            wgmma=args.gluon == 3,
         )
         args.warps = args.group * args.block_q // 16
     else:

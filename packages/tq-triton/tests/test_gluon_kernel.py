@@ -27,8 +27,8 @@ needs_gluon = pytest.mark.skipif(not gluon_launch.gluon_available(), reason="thi
 GLUON_PRESETS = [n for n, p in tq_core.PRESETS.items() if gluon_launch.gluon_keys(p) and p.value_bits == 4]
 
 
-# (preset, group, block_q, block_kv, head_dim, splits[, buffers[, balance]]): 16-, 32- and 64-row
-# tiles, each head_dim, both key kinds
+# (preset, group, block_q, block_kv, head_dim, splits[, buffers[, balance[, wgmma]]]): 16-, 32-
+# and 64-row tiles, each head_dim, both key kinds
 COMPILED = [
     ("turboquant_k8v4", 4, 4, 32, 128, 1),
     ("turboquant_k8v4", 4, 8, 32, 128, 16),
@@ -42,6 +42,10 @@ COMPILED = [
     ("turboquant_k3v4_nc", 8, 8, 64, 128, 16, 2),
     ("turboquant_k3v4_nc", 4, 8, 64, 128, 16, 1, 1),  # kv splits sized from the batch (split_budget)
     ("turboquant_k8v4", 8, 8, 64, 128, 16, 1, 1),
+    ("turboquant_k8v4", 8, 8, 64, 128, 16, 1, 0, 1),  # Hopper's warpgroup products (gluon 3)
+    ("turboquant_k3v4_nc", 8, 8, 64, 128, 16, 1, 0, 1),
+    ("turboquant_k3v4_nc", 4, 16, 32, 64, 1, 1, 1, 1),
+    ("turboquant_k8v4", 1, 64, 32, 256, 1, 1, 0, 1),
 ]
 
 
@@ -56,7 +60,11 @@ def test_compiles_for_sm90():
     checks = json.loads(run.stdout.splitlines()[-1])
     assert len(checks) == len(COMPILED)
     for config, found in zip(COMPILED, checks, strict=True):
-        assert found["mma"], config  # the m16n8k16 matrix instruction
+        if len(config) > 8 and config[8]:
+            # the warpgroup products, and no m16n8k16 instruction left
+            assert found["wgmma"] and not found["mma"], config
+        else:
+            assert found["mma"] and not found["wgmma"], config  # the m16n8k16 matrix instruction
         if config[0] == "turboquant_k3v4_nc":
             assert found["prmt"], config  # 3-bit keys looked up by byte permutes
         assert found["v4_shared_stores"], config  # the decoded tiles reach shared memory 16 bytes at a time
@@ -86,10 +94,39 @@ def test_applies_only_where_it_is_written_for(monkeypatch):
     assert not applies()
 
 
-@pytest.fixture(params=[1, 2], ids=["one_buffer", "two_buffers"])
+def test_warpgroup_products_only_for_64_rows_on_sm90(monkeypatch):
+    cuda = torch.device("cuda", 0)
+    for cap, rows, expected in [((9, 0), 64, True), ((9, 0), 32, False), ((9, 0), 16, False), ((10, 0), 64, False)]:
+        monkeypatch.setattr(gluon_launch, "capability", lambda dev, cap=cap: cap)
+        assert gluon_launch.wgmma_applies(rows, cuda) is expected, (cap, rows)
+
+
+@pytest.mark.skipif(ON_GPU, reason="the launcher's plumbing, with the Gluon launch replaced by a recorder")
+@pytest.mark.parametrize(("gluon", "group", "expected"), [(3, 8, (1, True)), (3, 4, (1, False)), (1, 8, (1, False))])
+def test_launcher_passes_the_warpgroup_form(gluon, group, expected, gen, device, monkeypatch):
+    """TQ_GLUON=3 asks for the warpgroup products where the tile has 64 rows (8 q heads x 8
+    query tokens), one buffer otherwise; the recorder declines, so the portable kernel runs
+    and its result is still checked."""
+    monkeypatch.setenv("TQ_GLUON", str(gluon))
+    monkeypatch.setattr(launch, "gluon_applies", lambda *args: True)
+    monkeypatch.setattr(gluon_launch, "capability", lambda dev: (9, 0))
+    seen = []
+
+    def recorder(grid, args, constexprs, options=None, buffers=1, wgmma=False):
+        seen.append((buffers, wgmma))
+        return False
+
+    monkeypatch.setattr(launch, "launch_gluon", recorder)
+    b = make_batch(gen, "turboquant_k8v4", [40, 9], [8, 3], head_dim=64, num_kv_heads=1, group=group, device=device)
+    assert_close(*run_triton(b, max_query_len=8))
+    assert seen == [expected]
+
+
+@pytest.fixture(params=[1, 2, 3], ids=["one_buffer", "two_buffers", "wgmma"])
 def gluon_launches(request, monkeypatch):
-    """TQ_GLUON=1 or 2 (one or two shared buffers per tile) with 32-token tiles; counts the
-    calls that ran the Gluon kernel."""
+    """TQ_GLUON=1, 2 or 3 (one or two shared buffers per tile; one, and Hopper's warpgroup
+    products for the 64-row tiles) with 32-token tiles; counts the calls that ran the Gluon
+    kernel."""
     monkeypatch.setenv("TQ_GLUON", str(request.param))
     monkeypatch.setenv("TQ_BLOCK_KV", "32")
     calls = []
@@ -146,12 +183,13 @@ def test_long_sequences_and_block_sizes(block_size, preset, gen, device, gluon_l
 
 
 @pytest.mark.parametrize("preset", GLUON_PRESETS)
-@pytest.mark.parametrize("buffers", [1, 2])
-def test_the_launch_passes_the_key_table_and_the_config(preset, buffers, gen, device, monkeypatch):
+@pytest.mark.parametrize("gluon", [1, 2, 3])
+def test_the_launch_passes_the_key_table_and_the_config(preset, gluon, gen, device, monkeypatch):
     """On any device, with the kernel itself replaced: what the launcher hands the Gluon
     launch. 3-bit keys get key_lut's register table as ``Centroids``, whatever
-    ``key_lut`` says; the buffers and the register cap come from the launch parameters."""
-    monkeypatch.setenv("TQ_GLUON", str(buffers))
+    ``key_lut`` says; the buffers and the register cap come from the launch parameters
+    (``gluon`` 3 with 16-row tiles: one buffer, no warpgroup products)."""
+    monkeypatch.setenv("TQ_GLUON", str(gluon))
     monkeypatch.setenv("TQ_KEY_LUT", "0")
     monkeypatch.setenv("TQ_MAX_REGISTERS", "168")
     monkeypatch.setattr(launch, "gluon_applies", lambda *a: True)
@@ -162,7 +200,8 @@ def test_the_launch_passes_the_key_table_and_the_config(preset, buffers, gen, de
     run_triton(b, splits=1)
     assert len(calls) == 1
     (grid, args, constexprs, options), kw = calls[0]
-    assert grid == (2, 1, 1) and kw == {"buffers": buffers} and options == {"maxnreg": 168}
+    assert grid == (2, 1, 1) and options == {"maxnreg": 168}
+    assert kw == {"buffers": 2 if gluon == 2 else 1, "wgmma": False}
     p = tq_core.get_preset(preset)
     if not p.key_is_fp8:
         want = lut_table(p, 64, torch.device(device))

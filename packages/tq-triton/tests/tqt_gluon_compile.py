@@ -1,8 +1,8 @@
 """Compile the Gluon attention kernel for sm_90 and report what its PTX holds (a helper of
 test_gluon_kernel.py, run in its own process without TRITON_INTERPRET).
 
-Usage: ``python tqt_gluon_compile.py PRESET,GROUP,BLOCK_Q,BLOCK_KV,HEAD_DIM,SPLITS[,BUFFERS[,BALANCE]] ...``; prints one
-JSON list, an object of checks per configuration."""
+Usage: ``python tqt_gluon_compile.py PRESET,GROUP,BLOCK_Q,BLOCK_KV,HEAD_DIM,SPLITS[,BUFFERS[,BALANCE[,WGMMA]]]
+...``; prints one JSON list, an object of checks per configuration."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from tq_triton.attention.gluon_launch import compile_gluon
 def checks(ptx: str) -> dict[str, bool]:
     return {
         "mma": "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx,
+        "wgmma": "wgmma.mma_async.sync.aligned" in ptx,
         "prmt": "prmt.b32" in ptx,
         "v4_shared_stores": "st.shared.v4" in ptx,
         "global_loads": "ld.global" in ptx,
@@ -29,8 +30,17 @@ if __name__ == "__main__":
         group, block_q, block_kv, head_dim, splits, *extra = (int(x) for x in rest)
         buffers = extra[0] if extra else 1
         balance = extra[1] if len(extra) > 1 else 0
+        wgmma = extra[2] if len(extra) > 2 else 0
         kernel = compile_gluon(
-            preset, group, block_q, block_kv, head_dim, splits, buffers=buffers, balance=bool(balance)
+            preset,
+            group,
+            block_q,
+            block_kv,
+            head_dim,
+            splits,
+            buffers=buffers,
+            balance=bool(balance),
+            wgmma=bool(wgmma),
         )
         out.append(checks(kernel.asm["ptx"]))
     print(json.dumps(out))

@@ -64,8 +64,10 @@ class AttentionConfig:
     min_rows: int = 16
     # cuda: the explicit-layout (Gluon) kernel where it applies (attention/gluon_launch.py:
     # fp8 or 3-bit codebook keys, 4-bit values, tiles of 16-64 rows), with one shared buffer
-    # per tile (1) or two, the next tile decoded while this one is read (2); 0, elsewhere
-    # and by default: the portable Triton kernel
+    # per tile (1) or two, the next tile decoded while this one is read (2), or one buffer
+    # and, for 64-row tiles on sm_90, Hopper's warpgroup products, which read the shared
+    # tiles once for all four warps (3; experimental, compiled but not yet run on a GPU;
+    # other tiles as 1); 0, elsewhere and by default: the portable Triton kernel
     gluon: int = 0
     # experimental: N > 0 sizes the kv splits from the batch's sequence lengths on the
     # device: every request's sequence is cut into splits of one size, chosen so that all
@@ -104,7 +106,7 @@ _LIMITS: dict[str, tuple[int, int, bool]] = {
     "code_search": (0, 1, False),
     "value_words": (0, 1, False),
     "min_rows": (16, 128, True),
-    "gluon": (0, 2, False),
+    "gluon": (0, 3, False),
     "split_budget": (0, 64, False),
 }
 ENV_OVERRIDES = {

@@ -19,11 +19,15 @@ chooses for the portable kernel:
 - the probabilities pass from the score product's accumulator to the value product's A
   operand in registers;
 - each tile's loads are issued one iteration ahead, into registers; with ``BUFFERS`` 2 the
-  next tile is also decoded while this one is read.
+  next tile is also decoded while this one is read;
+- with ``WGMMA`` (``AttentionConfig.gluon`` 3, 64-row tiles on sm_90) both products are
+  Hopper's warpgroup instructions, which read the query, key and value tiles from shared
+  memory once per tile for all four warps, where ``mma.sync`` has each warp read them as
+  its own fragments (compiled for sm_90; not yet run on a GPU).
 
 Gluon kernels do not run under Triton's interpreter: ``tests/test_gluon_kernel.py``
 compiles this one for sm_90 on any machine and tests it against tq-core on a GPU. It is
-launched where ``AttentionConfig.gluon`` is 1 or 2 (the H200 table's entries, or
+launched where ``AttentionConfig.gluon`` is 1, 2 or 3 (the H200 table's entries, or
 ``TQ_GLUON``), on cuda, for the launches ``gluon_launch.gluon_applies`` accepts.
 """
 
@@ -32,6 +36,7 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 
 from ..key_lut import LUT_PAIRS_PTX, selectors_fn
 from .bounds import balanced_chunk_fn, request_bounds_fn
@@ -325,21 +330,36 @@ def gluon_attention_kernel(
     WARPS: gl.constexpr,
     BUFFERS: gl.constexpr = 1,
     BALANCE: gl.constexpr = False,
+    WGMMA: gl.constexpr = False,
 ):
     """``WARPS``: the launch's warps, ``BLOCK_Q * G_PAD / 16`` (one per 16 query rows), at
     most 4. Keys fp8 or 3-bit codebook codes (``Centroids`` is then ``key_lut.lut_words``'
     table; unused for fp8), values 4-bit (see ``gluon_launch.gluon_applies``)."""
     BLOCK_M: gl.constexpr = BLOCK_Q * G_PAD
+    gl.static_assert(not WGMMA or (BUFFERS == 1 and BLOCK_M == 64), "WGMMA: one buffer per tile, 64 rows")
     MAX_SLACK: gl.constexpr = 8.0
     SCALE_SLACK: gl.constexpr = 16.0
     # positions per group: consecutive positions of one cache block
     TPB: gl.constexpr = BLOCK_KV if BLOCK_KV < BLOCK_SIZE else BLOCK_SIZE
     NB: gl.constexpr = BLOCK_KV // TPB
-    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, 8])
-    A_OP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+    # WGMMA (one warpgroup of 4 warps, 64 rows, sm_90): Hopper's warpgroup products read
+    # the query, key and value tiles from shared memory once per tile for all four warps;
+    # otherwise each warp reads them as its own mma.sync operand fragments. MMA: the
+    # scores' layout; MMAO: the accumulator's (the same for mma.sync)
+    MMA: gl.constexpr = (
+        gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, BLOCK_KV, 16])
+        if WGMMA
+        else gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, 8])
+    )
+    MMAO: gl.constexpr = (
+        gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, D, 16]) if WGMMA else MMA
+    )
+    A_OP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMAO, k_width=2)
     B_OP: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
     ROW: gl.constexpr = gl.SliceLayout(1, MMA)
     COL: gl.constexpr = gl.SliceLayout(0, MMA)
+    ROWO: gl.constexpr = gl.SliceLayout(1, MMAO)
+    COLO: gl.constexpr = gl.SliceLayout(0, MMAO)
     # key words [NB, TPB, W], TD threads along head_dim, lanes and warps along the group's
     # positions, the groups in registers. fp8: W = D // 4, 4 words (16 keys) per thread;
     # 3-bit codes: W = D // 32 chunks, one chunk (32 codes, 3 words) per thread. Warps that
@@ -360,7 +380,11 @@ def gluon_attention_kernel(
     # butterfly stage but the last, as even and odd elements (QE) for the last
     QH: gl.constexpr = gl.BlockedLayout([1, D // 2], [16, 2], [WARPS, 1], [1, 0])
     QE: gl.constexpr = gl.BlockedLayout([1, 1], [16, 2], [WARPS, 1], [1, 0])
-    SMEM: gl.constexpr = gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0])
+    SMEM: gl.constexpr = (
+        gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+        if WGMMA
+        else gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0])
+    )
 
     r = gl.program_id(0)
     h = gl.program_id(1)
@@ -407,7 +431,7 @@ def gluon_attention_kernel(
     tok_s = tk[None, :]
     offsets = (kofs, vofs, tok_k, tok_v, tok_s)
     # column c of the value tile holds head_dim index value_columns(c) (see value_words.py)
-    dcol = gl.arange(0, D, layout=COL)
+    dcol = gl.arange(0, D, layout=COLO)
     rc = dcol % 8
     dout = dcol - rc + rc // 2 + (rc % 2) * 4
 
@@ -449,7 +473,7 @@ def gluon_attention_kernel(
         m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, ROW)
         l_i = gl.zeros([BLOCK_M], gl.float32, ROW)
         r_i = gl.zeros([BLOCK_M], gl.float32, ROW)
-        acc = gl.zeros([BLOCK_M, D], gl.float32, MMA)
+        acc = gl.zeros([BLOCK_M, D], gl.float32, MMAO)
         f_i = gl.to_tensor(0.0)  # the value scales' reference (set by the first tile)
         hi = gl.minimum(kv_hi, seq_len - q_len + gl.minimum(qc + BLOCK_Q, q_len))
         # a tile that ends before this bound is visible to every row of the chunk
@@ -565,12 +589,24 @@ def gluon_attention_kernel(
                     KEY_FP8,
                     NORM_CORRECTION,
                 )
-                _barrier()
-                s = mma_v2(
-                    q_s.load(A_OP),
-                    k_s.index(0).permute((1, 0)).load(B_OP),
-                    gl.zeros([BLOCK_M, BLOCK_KV], gl.float32, MMA),
-                )
+                if WGMMA:
+                    # the decoded tiles (and the query) were written by ordinary stores; the
+                    # warpgroup product reads them through the async proxy
+                    fence_async_shared()
+                    _barrier()
+                    s = warpgroup_mma(
+                        q_s,
+                        k_s.index(0).permute((1, 0)),
+                        gl.zeros([BLOCK_M, BLOCK_KV], gl.float32, MMA),
+                        use_acc=False,
+                    )
+                else:
+                    _barrier()
+                    s = mma_v2(
+                        q_s.load(A_OP),
+                        k_s.index(0).permute((1, 0)).load(B_OP),
+                        gl.zeros([BLOCK_M, BLOCK_KV], gl.float32, MMA),
+                    )
             if not KEY_FP8:
                 s = s * kn_s.index(b).load(COL)[None, :]
             if start + BLOCK_KV > unmasked_hi:
@@ -600,8 +636,12 @@ def gluon_attention_kernel(
             f = gl.where(f > 0, f, 1.0)
             pw = gl.convert_layout((p * (vscale / f)[None, :]).to(gl.float16), A_OP)
             factor = alpha * (f_i / f)
-            acc = acc * factor[:, None]
-            acc = mma_v2(pw, v_s.index(b).load(B_OP), acc)
+            if WGMMA:
+                acc = acc * gl.convert_layout(factor, ROWO)[:, None]
+                acc = warpgroup_mma(pw, v_s.index(b), acc)
+            else:
+                acc = acc * factor[:, None]
+                acc = mma_v2(pw, v_s.index(b).load(B_OP), acc)
             mid = zr_s.index(b).load(COL).to(gl.float32) + vscale * 8.0
             r_i = r_i * alpha + gl.sum(p * mid[None, :], axis=1)
             m_i = m_new
@@ -610,17 +650,27 @@ def gluon_attention_kernel(
                 _barrier()  # buffer b is free again, the other one written
 
         inv_l = 1.0 / gl.where(l_i > 0, l_i, 1.0)
-        o = acc * (f_i * inv_l)[:, None] + (r_i * inv_l)[:, None]
+        if WGMMA:
+            o = acc * gl.convert_layout(f_i * inv_l, ROWO)[:, None] + gl.convert_layout(r_i * inv_l, ROWO)[:, None]
+            q_row_o = gl.convert_layout(q_row, ROWO)
+            head_o = gl.convert_layout(head, ROWO)
+            row_ok_o = gl.convert_layout(row_ok, ROWO)
+        else:
+            o = acc * (f_i * inv_l)[:, None] + (r_i * inv_l)[:, None]
+            q_row_o = q_row
+            head_o = head
+            row_ok_o = row_ok
         if NUM_SPLITS == 1:
             gl.store(
-                Out + q_row[:, None] * stride_ot + head[:, None] * stride_oh + dout[None, :],
+                Out + q_row_o[:, None] * stride_ot + head_o[:, None] * stride_oh + dout[None, :],
                 o.to(Out.dtype.element_ty),
-                mask=row_ok[:, None],
+                mask=row_ok_o[:, None],
             )
         else:
             lse = gl.where(l_i > 0, m_i + gl.log2(gl.where(l_i > 0, l_i, 1.0)), float("-inf"))
             slot = (q_row * NUM_Q_HEADS + head) * NUM_SPLITS + split
+            slot_o = (q_row_o * NUM_Q_HEADS + head_o) * NUM_SPLITS + split
             # in the accumulator's column order (merge_kernel's VALUE_COLUMNS): pairs of
             # neighbouring columns leave in one vector store
-            gl.store(Partial + slot[:, None] * D + dcol[None, :], o, mask=row_ok[:, None])
+            gl.store(Partial + slot_o[:, None] * D + dcol[None, :], o, mask=row_ok_o[:, None])
             gl.store(Lse + slot, lse, mask=row_ok)

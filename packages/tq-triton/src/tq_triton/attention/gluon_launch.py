@@ -60,6 +60,13 @@ def gluon_applies(
     )
 
 
+def wgmma_applies(rows: int, device: torch.device) -> bool:
+    """Whether a Gluon launch can use Hopper's warpgroup products (``AttentionConfig.gluon``
+    3): a tile of 64 query rows (one warpgroup of four warps) on a GPU of compute
+    capability 9.x (``wgmma`` exists only there)."""
+    return rows == 64 and capability(device)[0] == 9
+
+
 def gluon_keys(preset: Preset) -> bool:
     """Whether the Gluon kernel decodes the preset's keys: fp8, or 3-bit codebook codes
     (looked up in ``key_lut``'s register table, which the launcher then passes as
@@ -80,11 +87,14 @@ def launch_gluon(
     constexprs: dict[str, object],
     options: dict[str, Any] | None = None,
     buffers: int = 1,
+    wgmma: bool = False,
 ) -> bool:
     """``gluon_kernel.gluon_attention_kernel`` on ``grid`` with the Triton kernel's
     positional ``args`` and the constexprs both kernels share (``kernel_constexprs``'
     others are not its parameters); ``options``: launch options (``maxnreg``);
-    ``buffers``: shared buffers per tile (1 or 2, the kernel's ``BUFFERS``). Returns False,
+    ``buffers``: shared buffers per tile (1 or 2, the kernel's ``BUFFERS``); ``wgmma``:
+    Hopper's warpgroup products (the kernel's ``WGMMA``: one buffer, 64 rows, sm_90 only,
+    see :func:`wgmma_applies`). Returns False,
     having launched nothing, where the compiled kernel needs more shared memory than the
     device allows per block (Triton's ``OutOfResources``, raised before the launch; e.g. a
     head_dim of 256 on a GPU with 99 KB per block): the caller then runs the portable
@@ -99,13 +109,13 @@ def launch_gluon(
     opts = options or {}
 
     def key() -> tuple:
-        return (str(args[0].device), tuple(sorted(cx.items())), buffers, tuple(sorted(opts.items())))
+        return (str(args[0].device), tuple(sorted(cx.items())), buffers, wgmma, tuple(sorted(opts.items())))
 
     # the key is built only once some specialisation has not fitted (not per launch)
     if _TOO_LARGE and key() in _TOO_LARGE:
         return False
     try:
-        gluon_attention_kernel[grid](*args, **cx, WARPS=warps, BUFFERS=buffers, num_warps=warps, **opts)
+        gluon_attention_kernel[grid](*args, **cx, WARPS=warps, BUFFERS=buffers, WGMMA=wgmma, num_warps=warps, **opts)
     except OutOfResources:
         _TOO_LARGE.add(key())
         return False
@@ -127,12 +137,14 @@ def compile_gluon(
     buffers: int = 1,
     maxnreg: int = 0,
     balance: bool = False,
+    wgmma: bool = False,
 ) -> Any:
     """The kernel compiled without a GPU for an NVIDIA target ``sm`` (default 90: H100/H200), as
     the launcher specialises it (group a power of two; 2 kv heads, 16-token blocks) and
     Triton's compiled kernel returns it (``.asm["ptx"]``, ``.asm["cubin"]``). ``maxnreg``:
     a register cap per thread, as ``max_registers`` passes it (0: none); ``balance``: kv
-    splits sized from the batch's lengths (``BALANCE``, ``AttentionConfig.split_budget``).
+    splits sized from the batch's lengths (``BALANCE``, ``AttentionConfig.split_budget``);
+    ``wgmma``: Hopper's warpgroup products (``WGMMA``; 64 rows, one buffer).
     Not under ``TRITON_INTERPRET=1``, where Gluon functions cannot compile."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -155,6 +167,7 @@ def compile_gluon(
         WARPS=warps,
         BUFFERS=buffers,
         BALANCE=balance,
+        WGMMA=wgmma,
     )
     types = {"Q": "*bf16", "Cache": "*u8", "Out": "*bf16", "Partial": "*fp32", "Lse": "*fp32", "Centroids": "*fp32"}
     types |= {"q_mul": "fp32", "q_scale": "fp32", "stride_blk": "i64"}

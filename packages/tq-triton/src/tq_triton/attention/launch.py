@@ -13,7 +13,7 @@ from tq_core.contract import check_attention_args, debug_enabled
 from ..device import check_runnable, interpreter_active, multiprocessor_count
 from ..device_tensors import codebook, dummy, lut_table
 from ..tuning import AttentionConfig, launch_options, register_cap
-from .gluon_launch import gluon_applies, launch_gluon
+from .gluon_launch import gluon_applies, launch_gluon, wgmma_applies
 from .kernel import MERGE_WARPS, attention_kernel, merge_kernel
 from .plan import MAX_BLOCK_M, longest_query, next_pow2, plan_splits, plan_tile
 
@@ -189,7 +189,8 @@ def attention(
     if use_gluon:
         # False where the kernel needs more shared memory than the device has: the portable
         # kernel then runs, with its own centroid tensor
-        use_gluon = launch_gluon(grid, kernel_args, constexprs, cap, buffers=cfg.gluon)
+        wgmma = cfg.gluon == 3 and wgmma_applies(block_q * g_pad, dev)
+        use_gluon = launch_gluon(grid, kernel_args, constexprs, cap, buffers=2 if cfg.gluon == 2 else 1, wgmma=wgmma)
         if not use_gluon:
             kernel_args = (*kernel_args[:5], _centroids(p, d, dev, bool(key_lut)), *kernel_args[6:])
     if not use_gluon:
