@@ -270,7 +270,9 @@ def merge_kernel(
 ):
     """Each output row from its splits' partial outputs, weighted by their log-sum-exp.
     One program per (query row, q head) of the query: a row from ``query_start_loc[num_reqs]``
-    on (the attention kernel's ``rows``) is neither read nor written. ``VALUE_COLUMNS``: the
+    on (the attention kernel's ``rows``) is not written. Its partial outputs are read from
+    the workspace all the same (rows below the grid's, so inside it), so that no load waits
+    for ``query_start_loc``. ``VALUE_COLUMNS``: the
     partial outputs' column ``c`` holds head_dim index ``value_words.value_columns(c)`` (the
     attention kernels store their accumulator's columns as they are, so that each thread's
     neighbouring columns leave in one vector store)."""
@@ -278,7 +280,7 @@ def merge_kernel(
     hq = tl.program_id(1)
     total = tl.load(QueryStart + num_reqs * stride_qs).to(tl.int64)
     s = tl.arange(0, SPLITS_PAD)
-    s_ok = (s < NUM_SPLITS) & (s * 0 + t < total)
+    s_ok = s < NUM_SPLITS
     slot = (t * NUM_Q_HEADS + hq) * NUM_SPLITS + s
     lse = tl.load(Lse + slot, mask=s_ok, other=float("-inf"))
     top = tl.max(lse, axis=0)
