@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 import triton
@@ -76,6 +78,33 @@ def test_balanced_splits(preset, budget, splits, gen, device, monkeypatch):
     seq_lens, q_lens = [700, 5, 129, 1, 300, 64], [1, 2, 8, 1, 3, 0]
     b = make_batch(gen, preset, seq_lens, q_lens, head_dim=64, num_kv_heads=2, group=2, device=device)
     assert_close(*run_triton(b, splits=splits))
+
+
+@pytest.mark.parametrize("preset", ["turboquant_k3v4_nc", "turboquant_k8v4"])
+@pytest.mark.parametrize("value_words", ["0", "1"])
+def test_bf16_partials(preset, value_words, gen, device, monkeypatch):
+    """``bf16_partials``: the kv splits' partial outputs in bf16 (both column orders of the
+    merge); the result still matches tq-core, and the workspace the merge reads is bf16."""
+    monkeypatch.setenv("TQ_BF16_PARTIALS", "1")
+    monkeypatch.setenv("TQ_VALUE_WORDS", value_words)
+    seen = []
+    launch_module = importlib.import_module("tq_triton.attention.launch")
+    real = launch_module.merge_kernel
+
+    class Recorder:
+        def __getitem__(self, grid):
+            def launch(partial, *args, **kwargs):
+                seen.append(partial.dtype)
+                return real[grid](partial, *args, **kwargs)
+
+            return launch
+
+    monkeypatch.setattr(launch_module, "merge_kernel", Recorder())
+    shape = {"head_dim": 64, "num_kv_heads": 2, "group": 2}
+    b = make_batch(gen, preset, [700, 5, 129, 1, 300], [1, 2, 8, 1, 3], device=device, **shape)
+    for splits in (1, 5):
+        assert_close(*run_triton(b, splits=splits))
+    assert seen == [torch.bfloat16]  # one merge: the call with 5 splits
 
 
 @triton.jit

@@ -27,8 +27,8 @@ needs_gluon = pytest.mark.skipif(not gluon_launch.gluon_available(), reason="thi
 GLUON_PRESETS = [n for n, p in tq_core.PRESETS.items() if gluon_launch.gluon_keys(p) and p.value_bits == 4]
 
 
-# (preset, group, block_q, block_kv, head_dim, splits[, buffers[, balance[, wgmma]]]): 16-, 32-
-# and 64-row tiles, each head_dim, both key kinds
+# (preset, group, block_q, block_kv, head_dim, splits[, buffers[, balance[, wgmma[, bf16 partial
+# outputs]]]]): 16-, 32- and 64-row tiles, each head_dim, both key kinds
 COMPILED = [
     ("turboquant_k8v4", 4, 4, 32, 128, 1),
     ("turboquant_k8v4", 4, 8, 32, 128, 16),
@@ -46,6 +46,8 @@ COMPILED = [
     ("turboquant_k3v4_nc", 8, 8, 64, 128, 16, 1, 0, 1),
     ("turboquant_k3v4_nc", 4, 16, 32, 64, 1, 1, 1, 1),
     ("turboquant_k8v4", 1, 64, 32, 256, 1, 1, 0, 1),
+    ("turboquant_k3v4_nc", 4, 8, 64, 128, 16, 1, 0, 0, 1),  # bf16 partial outputs
+    ("turboquant_k8v4", 8, 8, 64, 128, 16, 1, 0, 1, 1),
 ]
 
 
@@ -69,6 +71,8 @@ def test_compiles_for_sm90():
             assert found["prmt"], config  # 3-bit keys looked up by byte permutes
         assert found["v4_shared_stores"], config  # the decoded tiles reach shared memory 16 bytes at a time
         assert found["global_loads"] and found["global_stores"], config
+        if config[5] > 1:  # kv splits: the only bf16 conversion would be the partial outputs'
+            assert found["bf16_pairs"] == (len(config) > 9 and bool(config[9])), config
 
 
 def test_applies_only_where_it_is_written_for(monkeypatch):
@@ -156,6 +160,22 @@ def test_matches_reference(preset, head_dim, group, q_lens, splits, gen, device,
     )
     # the hint keeps the tiles at 32 or 64 rows (without it, 8 q heads per kv head would plan 128)
     assert_close(*run_triton(b, splits=splits, max_query_len=max(q_lens)))
+    assert gluon_launches, "the Gluon kernel did not run"
+
+
+@pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run only on an NVIDIA GPU")
+@needs_gluon
+@pytest.mark.parametrize("preset", GLUON_PRESETS)
+def test_bf16_partials(preset, gen, device, gluon_launches, monkeypatch):
+    """``bf16_partials``: the Gluon kernel's partial outputs in bf16, 32- and 64-row tiles."""
+    if torch.device(device).type != "cuda":
+        pytest.skip("cuda only")
+    monkeypatch.setenv("TQ_BF16_PARTIALS", "1")
+    for group in (4, 8):
+        b = make_batch(
+            gen, preset, [1, 300, 2049, 77], [1, 8, 3, 8], head_dim=128, num_kv_heads=2, group=group, device=device
+        )
+        assert_close(*run_triton(b, splits=7, max_query_len=8))
     assert gluon_launches, "the Gluon kernel did not run"
 
 

@@ -1,7 +1,7 @@
 """Compile the Gluon attention kernel for sm_90 and report what its PTX holds (a helper of
 test_gluon_kernel.py, run in its own process without TRITON_INTERPRET).
 
-Usage: ``python tqt_gluon_compile.py PRESET,GROUP,BLOCK_Q,BLOCK_KV,HEAD_DIM,SPLITS[,BUFFERS[,BALANCE[,WGMMA]]]
+Usage: ``python tqt_gluon_compile.py PRESET,GROUP,BLOCK_Q,BLOCK_KV,HEAD_DIM,SPLITS[,BUFFERS[,BALANCE[,WGMMA[,BF16]]]]
 ...``; prints one JSON list, an object of checks per configuration."""
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ def checks(ptx: str) -> dict[str, bool]:
         "v4_shared_stores": "st.shared.v4" in ptx,
         "global_loads": "ld.global" in ptx,
         "global_stores": "st.global" in ptx,
+        # bf16 partial outputs: float32 pairs rounded to bf16 pairs
+        "bf16_pairs": "cvt.rn.bf16x2.f32" in ptx,
     }
 
 
@@ -31,6 +33,7 @@ if __name__ == "__main__":
         buffers = extra[0] if extra else 1
         balance = extra[1] if len(extra) > 1 else 0
         wgmma = extra[2] if len(extra) > 2 else 0
+        bf16 = extra[3] if len(extra) > 3 else 0
         kernel = compile_gluon(
             preset,
             group,
@@ -41,6 +44,7 @@ if __name__ == "__main__":
             buffers=buffers,
             balance=bool(balance),
             wgmma=bool(wgmma),
+            bf16_partials=bool(bf16),
         )
         out.append(checks(kernel.asm["ptx"]))
     print(json.dumps(out))

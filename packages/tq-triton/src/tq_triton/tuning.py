@@ -77,6 +77,11 @@ class AttentionConfig:
     # slower than the table's even splits on every shape timed but one (docs/perf/h200.md).
     # 0: each request's sequence is divided evenly over the grid's splits
     split_budget: int = 0
+    # experimental, not yet timed: 1 keeps the kv splits' partial outputs in bf16 instead of
+    # float32, halving the bytes the attention kernel writes and the merge reads (at poc on
+    # an H200, 8 MB each way), at the cost of a second bf16 rounding of the output (the
+    # merge's weights and sums stay float32)
+    bf16_partials: int = 0
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,7 @@ _LIMITS: dict[str, tuple[int, int, bool]] = {
     "min_rows": (16, 128, True),
     "gluon": (0, 3, False),
     "split_budget": (0, 64, False),
+    "bf16_partials": (0, 1, False),
 }
 ENV_OVERRIDES = {
     "TQ_BLOCK_KV": "block_kv",
@@ -122,6 +128,7 @@ ENV_OVERRIDES = {
     "TQ_MIN_ROWS": "min_rows",
     "TQ_GLUON": "gluon",
     "TQ_SPLIT_BUDGET": "split_budget",
+    "TQ_BF16_PARTIALS": "bf16_partials",
 }
 STORE_ENV_OVERRIDES = {
     "TQ_CODE_SEARCH": "code_search",

@@ -92,7 +92,15 @@ class Job:
     needs_dpas: bool = False
 
     def key(self) -> tuple[Any, ...]:
-        return (self.kernel, tuple(sorted(self.constexprs.items())), tuple(sorted(self.options.items())))
+        """Launches with the same key compile to the same kernel: the same constexprs, options
+        and argument types (a pointer's element type, e.g. bf16 partial outputs, changes the
+        code as a constexpr does)."""
+        return (
+            self.kernel,
+            tuple(sorted(self.constexprs.items())),
+            tuple(sorted(self.options.items())),
+            tuple(sorted(self.signature.items())),
+        )
 
 
 @dataclass
@@ -165,7 +173,8 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
     """Every launch to compile. ``knobs``: also each attention launch with the experimental
     kernel knobs on (``KEY_LUT`` 2, the register table's integer emulation, for 3-bit
     codebook keys; ``VALUE_WORDS`` for 4-bit values; ``BALANCE``, ``split_budget``'s split
-    sizes, where the launch has kv splits), which the xpu path does not use by default."""
+    sizes, where the launch has kv splits; bf16 partial outputs, ``bf16_partials``, for
+    the attention and merge kernels), which the xpu path does not use by default."""
     import tq_core
 
     from .attention.kernel import MERGE_WARPS, attention_kernel, merge_kernel
@@ -223,7 +232,8 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
                         if knobs:
                             lut = 2 if not p.key_is_fp8 and p.key_bits == 3 else 0
                             kcx = dict(cx, KEY_LUT=lut, VALUE_WORDS=p.value_bits == 4, BALANCE=splits > 1)
-                            variants.append((" knobs", kcx, dict(types, Centroids="*i32") if lut else types))
+                            ktypes = dict(types, Partial="*bf16")  # bf16_partials
+                            variants.append((" knobs", kcx, dict(ktypes, Centroids="*i32") if lut else ktypes))
                         for suffix, vcx, vtypes in variants:
                             yield Job(
                                 "attention",
@@ -237,8 +247,9 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
     for d in head_dims:
         splits = attention_cfg(presets[0], 1).max_kv_splits
         mtypes = {"Partial": "*fp32", "Lse": "*fp32", "Out": f"*{INPUT_DTYPE}", "QueryStart": "*i32"}
-        # VALUE_COLUMNS: partial outputs of 4-bit values (the launcher sets it from VALUE_WORDS)
-        for columns in (False, True):
+        # VALUE_COLUMNS: partial outputs of 4-bit values (the launcher sets it from VALUE_WORDS);
+        # with knobs, bf16 partial outputs too (bf16_partials)
+        for columns, partial in ((False, "*fp32"), (True, "*fp32"), *(((True, "*bf16"),) if knobs else ())):
             mcx = dict(
                 NUM_Q_HEADS=4 * NUM_KV_HEADS,
                 NUM_SPLITS=splits,
@@ -249,9 +260,9 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
             )
             yield Job(
                 "merge",
-                f"d{d} s{splits}{' value_columns' if columns else ''}",
+                f"d{d} s{splits}{' value_columns' if columns else ''}{' bf16 (knobs)' if partial == '*bf16' else ''}",
                 merge_kernel,
-                _signature(merge_kernel.arg_names, mcx, mtypes),
+                _signature(merge_kernel.arg_names, mcx, dict(mtypes, Partial=partial)),
                 mcx,
                 dict(num_warps=MERGE_WARPS, **xpu_opts),
             )

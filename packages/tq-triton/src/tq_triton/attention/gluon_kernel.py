@@ -672,5 +672,7 @@ def gluon_attention_kernel(
             slot_o = (q_row_o * NUM_Q_HEADS + head_o) * NUM_SPLITS + split
             # in the accumulator's column order (merge_kernel's VALUE_COLUMNS): pairs of
             # neighbouring columns leave in one vector store
-            gl.store(Partial + slot_o[:, None] * D + dcol[None, :], o, mask=row_ok_o[:, None])
+            gl.store(
+                Partial + slot_o[:, None] * D + dcol[None, :], o.to(Partial.dtype.element_ty), mask=row_ok_o[:, None]
+            )
             gl.store(Lse + slot, lse, mask=row_ok)

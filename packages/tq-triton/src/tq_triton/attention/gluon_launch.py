@@ -138,13 +138,15 @@ def compile_gluon(
     maxnreg: int = 0,
     balance: bool = False,
     wgmma: bool = False,
+    bf16_partials: bool = False,
 ) -> Any:
     """The kernel compiled without a GPU for an NVIDIA target ``sm`` (default 90: H100/H200), as
     the launcher specialises it (group a power of two; 2 kv heads, 16-token blocks) and
     Triton's compiled kernel returns it (``.asm["ptx"]``, ``.asm["cubin"]``). ``maxnreg``:
     a register cap per thread, as ``max_registers`` passes it (0: none); ``balance``: kv
     splits sized from the batch's lengths (``BALANCE``, ``AttentionConfig.split_budget``);
-    ``wgmma``: Hopper's warpgroup products (``WGMMA``; 64 rows, one buffer).
+    ``wgmma``: Hopper's warpgroup products (``WGMMA``; 64 rows, one buffer);
+    ``bf16_partials``: bf16 partial outputs (``AttentionConfig.bf16_partials``).
     Not under ``TRITON_INTERPRET=1``, where Gluon functions cannot compile."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -169,7 +171,8 @@ def compile_gluon(
         BALANCE=balance,
         WGMMA=wgmma,
     )
-    types = {"Q": "*bf16", "Cache": "*u8", "Out": "*bf16", "Partial": "*fp32", "Lse": "*fp32", "Centroids": "*fp32"}
+    partial = "*bf16" if bf16_partials else "*fp32"
+    types = {"Q": "*bf16", "Cache": "*u8", "Out": "*bf16", "Partial": partial, "Lse": "*fp32", "Centroids": "*fp32"}
     types |= {"q_mul": "fp32", "q_scale": "fp32", "stride_blk": "i64"}
     types |= dict.fromkeys(("BlockTable", "SeqLens", "QueryStart"), "*i32")
     sig, cx, attrs = {}, {}, {}

@@ -242,7 +242,8 @@ def attention_kernel(
             # in the accumulator's column order: merge_kernel's VALUE_COLUMNS puts them in place
             lse = tl.where(l_i > 0, m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0)), float("-inf"))
             slot = (q_row * NUM_Q_HEADS + head) * NUM_SPLITS + split
-            tl.store(Partial + slot[:, None] * D + d[None, :], o, mask=row_ok[:, None])
+            # float32, or bf16 (AttentionConfig.bf16_partials)
+            tl.store(Partial + slot[:, None] * D + d[None, :], o.to(Partial.dtype.element_ty), mask=row_ok[:, None])
             tl.store(Lse + slot, lse, mask=row_ok)
 
 
@@ -287,7 +288,7 @@ def merge_kernel(
     top = tl.where(top == float("-inf"), 0.0, top)
     w = tl.exp2(lse - top)
     d = tl.arange(0, D)
-    part = tl.load(Partial + slot[:, None] * D + d[None, :], mask=s_ok[:, None], other=0.0)
+    part = tl.load(Partial + slot[:, None] * D + d[None, :], mask=s_ok[:, None], other=0.0).to(tl.float32)
     den = tl.sum(w, axis=0)
     o = tl.sum(w[:, None] * part, axis=0) / tl.where(den > 0, den, 1.0)
     if VALUE_COLUMNS:

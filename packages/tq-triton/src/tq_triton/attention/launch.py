@@ -142,7 +142,8 @@ def attention(
     if splits > 1:
         # per call from torch's caching allocator: no host sync, safe under CUDA-graph
         # capture, and never shared by calls on other threads or streams
-        partial = torch.empty(nq * hq * splits * d, dtype=torch.float32, device=dev)
+        partial_dtype = torch.bfloat16 if cfg.bf16_partials else torch.float32
+        partial = torch.empty(nq * hq * splits * d, dtype=partial_dtype, device=dev)
         lse = torch.empty(nq * hq * splits, dtype=torch.float32, device=dev)
     else:
         partial = lse = dummy(dev)
