@@ -34,9 +34,13 @@ def centred_values(w, T: tl.constexpr, D: tl.constexpr):
     return v.reshape(T, D) - 1032.0
 
 
-@triton.jit
-def value_columns(c):
+def value_columns_fn(c):
     """The head_dim index held by column ``c`` of :func:`centred_values`' tile: column
-    ``8 w + 2 J + h`` holds nibble ``J + 4 h`` of word ``w``, i.e. dimension ``8 w + J + 4 h``."""
+    ``8 w + 2 J + h`` holds nibble ``J + 4 h`` of word ``w``, i.e. dimension ``8 w + J + 4 h``.
+    Plain integer operations, so that Triton (:data:`value_columns`) and the Gluon kernel
+    compile the same function."""
     r = c % 8
     return c - r + r // 2 + (r % 2) * 4
+
+
+value_columns = triton.jit(value_columns_fn)

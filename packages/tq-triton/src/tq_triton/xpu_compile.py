@@ -398,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         "--knobs",
         action="store_true",
         help="also compile each attention launch with the experimental knobs on (key_lut 2, value_words 1, "
-        "split_budget where there are kv splits)",
+        "split_budget where there are kv splits, bf16 partial outputs, with their merge kernel)",
     )
     ap.add_argument(
         "--jobs",

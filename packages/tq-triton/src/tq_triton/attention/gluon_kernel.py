@@ -39,6 +39,7 @@ from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 
 from ..key_lut import LUT_PAIRS_PTX, selectors_fn
+from ..value_words import value_columns_fn
 from .bounds import balanced_chunk_fn, request_bounds_fn
 
 # Triton 3.6 calls the CTA-wide barrier thread_barrier; later versions call it barrier
@@ -111,8 +112,10 @@ def _balanced_chunk(
     return _balanced_chunk_of(total, longest, bt_cap, programs, NUM_SPLITS, BLOCK_KV)
 
 
-# key_lut's selector function, compiled as Gluon (a Gluon kernel cannot call a Triton function)
+# key_lut's selector function and value_words' column map, compiled as Gluon (a Gluon
+# kernel cannot call a Triton function)
 _selectors = gluon.jit(selectors_fn)
+_value_columns = gluon.jit(value_columns_fn)
 
 
 @gluon.jit
@@ -432,8 +435,7 @@ def gluon_attention_kernel(
     offsets = (kofs, vofs, tok_k, tok_v, tok_s)
     # column c of the value tile holds head_dim index value_columns(c) (see value_words.py)
     dcol = gl.arange(0, D, layout=COLO)
-    rc = dcol % 8
-    dout = dcol - rc + rc // 2 + (rc % 2) * 4
+    dout = _value_columns(dcol)
 
     for qc in range(0, q_len, BLOCK_Q):
         QLOAD: gl.constexpr = QL if KEY_FP8 else QH

@@ -273,10 +273,10 @@ def merge_kernel(
     One program per (query row, q head) of the query: a row from ``query_start_loc[num_reqs]``
     on (the attention kernel's ``rows``) is not written. Its partial outputs are read from
     the workspace all the same (rows below the grid's, so inside it), so that no load waits
-    for ``query_start_loc``. ``VALUE_COLUMNS``: the
-    partial outputs' column ``c`` holds head_dim index ``value_words.value_columns(c)`` (the
-    attention kernels store their accumulator's columns as they are, so that each thread's
-    neighbouring columns leave in one vector store)."""
+    for ``query_start_loc``. ``VALUE_COLUMNS``: the partial outputs' column ``c`` holds
+    head_dim index ``value_words.value_columns(c)`` (the attention kernels store their
+    accumulator's columns as they are, so that each thread's neighbouring columns leave in
+    one vector store)."""
     t = tl.program_id(0).to(tl.int64)
     hq = tl.program_id(1)
     total = tl.load(QueryStart + num_reqs * stride_qs).to(tl.int64)
