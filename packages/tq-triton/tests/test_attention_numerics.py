@@ -141,3 +141,27 @@ def test_scores_carry_no_systematic_rounding_bias(preset, gen, device):
     rel = d_est / d_true - 1
     assert float(rel.abs().median()) < 2e-3, "the score differences should be near their exact values"
     assert abs(float(rel.mean())) < 1.5e-4, f"mean relative error of the scores {float(rel.mean()):.2e}"
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+def test_minus_inf_query_element_over_keys_of_one_sign_is_nan(splits, gen, device):
+    """-inf against a key element that is positive in every cached token makes every score
+    of the row -inf. tq_core's softmax gives NaN there, and so must the kernel (the online
+    softmax alone would write 0)."""
+    b = batch(gen, "turboquant_k8v4", device)
+    dim = 5
+    key = b.key.clone()
+    key[:, :, dim] = key[:, :, dim].abs() + 0.5  # fp8 keys: stored as they are, all positive
+    tq_core.store(key.to(b.kv_cache.device), b.value.to(b.kv_cache.device), b.kv_cache, b.slot_mapping, b.preset)
+    row, head = 1, 3
+    query = b.query.clone()
+    query[row, head, dim] = float("-inf")
+    _, bt, sl, qsl = b.args()[1:5]
+    ref_bad = tq_core.attention(query.float(), b.kv_cache, bt, sl, qsl, b.preset, b.scale)
+    assert bool(ref_bad[row, head].isnan().all()), "tq_core's rule: a non-finite query row is NaN"
+    out = tq_triton.attention(query, b.kv_cache, bt, sl, qsl, b.preset, b.scale, num_kv_splits=splits)
+    assert bool(out[row, head].isnan().all()), "the non-finite query row should be NaN"
+    ref = tq_core.attention(b.query.float(), b.kv_cache, bt, sl, qsl, b.preset, b.scale)
+    others = torch.ones(out.shape[:2], dtype=torch.bool, device=out.device)
+    others[row, head] = False
+    assert_attention_close(out[others].float(), ref[others], tol=TOL, what="the other rows")

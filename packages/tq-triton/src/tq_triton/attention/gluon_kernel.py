@@ -451,6 +451,9 @@ def gluon_attention_kernel(
             mask=ok_q[:, None],
             other=0.0,
         ).to(gl.float32)
+        # a NaN or ±inf query element makes its row NaN, as in tq_core (kernel.py says why
+        # the scores alone do not)
+        q_bad = gl.sum(((q != q) | (gl.abs(q) == float("inf"))).to(gl.int32), axis=1) > 0
         if KEY_FP8:
             q = q * q_mul
         else:
@@ -651,7 +654,8 @@ def gluon_attention_kernel(
             if BUFFERS == 2:
                 _barrier()  # buffer b is free again, the other one written
 
-        inv_l = 1.0 / gl.where(l_i > 0, l_i, 1.0)
+        # NaN for a non-finite query's row
+        inv_l = gl.where(gl.convert_layout(q_bad, ROW), float("nan"), 1.0 / gl.where(l_i > 0, l_i, 1.0))
         if WGMMA:
             o = acc * gl.convert_layout(f_i * inv_l, ROWO)[:, None] + gl.convert_layout(r_i * inv_l, ROWO)[:, None]
             q_row_o = gl.convert_layout(q_row, ROWO)

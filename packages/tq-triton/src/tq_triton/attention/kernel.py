@@ -122,6 +122,10 @@ def attention_kernel(
         q = tl.load(
             Q + q_row[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :], mask=row_ok[:, None], other=0.0
         ).to(tl.float32)
+        # a NaN or ±inf query element makes its row NaN, as in tq_core. The scores alone do
+        # not always: -inf times keys whose element has one sign makes every score -inf,
+        # and that row would come out as 0
+        q_bad = tl.sum(((q != q) | (tl.abs(q) == float("inf"))).to(tl.int32), axis=1) > 0
         # The fp16 product sees the query times q_mul = scale * log2(e) / q_scale; the
         # scores are multiplied back by q_scale (a power of two chosen by the launcher, see
         # launch.query_scaling) where they enter the exponent. The cast rounds toward zero,
@@ -227,7 +231,9 @@ def attention_kernel(
                 VALUE_WORDS=VALUE_WORDS,
             )
 
-        o = (acc * f_i + r_i[:, None]) / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        # (a NaN divisor makes a non-finite query's row NaN)
+        denom = tl.where(q_bad, float("nan"), tl.where(l_i > 0, l_i, 1.0))
+        o = (acc * f_i + r_i[:, None]) / denom[:, None]
         if NUM_SPLITS == 1:
             if VALUE_WORDS:
                 dv = value_columns(d)
