@@ -12,7 +12,7 @@ from tqt_helpers import ON_GPU, assert_close, make_batch, reference, run_triton
 
 import tq_core
 import tq_triton
-from tq_triton.attention.bounds import balanced_chunk
+from tq_triton.attention.bounds import balanced_chunk, request_bounds
 from tq_triton.attention.launch import kernel_constexprs
 
 PRESETS = list(tq_core.PRESETS)
@@ -136,6 +136,47 @@ def test_balanced_chunk(seq_lens, heads, splits, programs, want, device):
     cap = 1 << 16  # the block table's capacity
     _balanced_chunk_probe[(len(seq_lens), heads, splits)](sl, out, cap, programs, NUM_SPLITS=splits, BLOCK_KV=64)
     assert int(out.item()) == want
+
+
+@triton.jit
+def _balanced_bounds_probe(SeqLens, QueryStart, Out, bt_cap, chunk, NUM_SPLITS: tl.constexpr, BLOCK_KV: tl.constexpr):
+    _, _, _, kv_lo, kv_hi = request_bounds(
+        SeqLens, QueryStart, 1, 1, bt_cap, 1 << 20, chunk, NUM_SPLITS, BLOCK_KV, True
+    )
+    at = (tl.program_id(0) * NUM_SPLITS + tl.program_id(2)) * 2
+    tl.store(Out + at, kv_lo)
+    tl.store(Out + at + 1, kv_hi)
+
+
+@pytest.mark.parametrize(
+    ("seq_lens", "chunk"),
+    [
+        ([32768] * 4, 4544),  # verify-32k: 8 splits of 64 tiles each
+        ([30000, 16384, 517, 1, 0, 4099, 64, 65], 1664),  # the longest takes 19 splits
+        ([1000, 10**6], 2048),  # lengths clamped to the capacity: 32 splits of 32 tiles
+    ],
+)
+def test_balanced_bounds_deal_tiles_evenly(seq_lens, chunk, device):
+    """``split_budget``'s per-request bounds (``chunk`` at least ``cdiv(longest, splits)``,
+    as ``balanced_chunk`` makes it): ``cdiv(seq_len, chunk)`` splits cover the sequence
+    exactly once, in whole tiles, with tile counts that differ by at most one;
+    the grid's other splits are empty."""
+    splits, bkv, cap = 32, 64, 1 << 16
+    sl = torch.tensor(seq_lens, dtype=torch.int32, device=device)
+    qs = torch.zeros(len(seq_lens) + 1, dtype=torch.int32, device=device)
+    out = torch.full((len(seq_lens), splits, 2), -1, dtype=torch.int32, device=device)
+    _balanced_bounds_probe[(len(seq_lens), 1, splits)](sl, qs, out, cap, chunk, NUM_SPLITS=splits, BLOCK_KV=bkv)
+    for r, n_pos in enumerate(seq_lens):
+        n_pos = min(max(n_pos, 0), cap)
+        bounds = out[r].tolist()
+        used = [(lo, hi) for lo, hi in bounds if hi > lo]
+        assert len(used) == -(-n_pos // chunk), (r, used)
+        assert all(lo == hi for lo, hi in bounds[len(used) :])  # the rest: empty
+        assert [lo for lo, _ in used] == [0, *(hi for _, hi in used[:-1])][: len(used)]  # contiguous
+        assert (used[-1][1] if used else 0) == n_pos  # exact cover
+        assert all(lo % bkv == 0 for lo, _ in used)  # whole tiles
+        tiles = [-(-(hi - lo) // bkv) for lo, hi in used]
+        assert not tiles or max(tiles) - min(tiles) <= 1, tiles
 
 
 def test_balanced_splits_reach_the_kernel(monkeypatch):

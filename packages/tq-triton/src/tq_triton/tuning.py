@@ -66,21 +66,23 @@ class AttentionConfig:
     # fp8 or 3-bit codebook keys, 4-bit values, tiles of 16-64 rows), with one shared buffer
     # per tile (1) or two, the next tile decoded while this one is read (2), or one buffer
     # and, for 64-row tiles on sm_90, Hopper's warpgroup products, which read the shared
-    # tiles once for all four warps (3; experimental, compiled but not yet run on a GPU;
-    # other tiles as 1); 0, elsewhere and by default: the portable Triton kernel
+    # tiles once for all four warps (3; the H200 table's poc entries; other tiles as 1);
+    # 0, elsewhere and by default: the portable Triton kernel
     gluon: int = 0
     # experimental: N > 0 sizes the kv splits from the batch's sequence lengths on the
-    # device: every request's sequence is cut into splits of one size, chosen so that all
-    # of them fill about one wave of N programs per multiprocessor, and no request takes
-    # more than the grid's splits (``kv_splits`` or the planned count, then an upper
-    # bound). A long request then takes more splits than a short one. On the H200 it is
-    # slower than the table's even splits on every shape timed but one (docs/perf/h200.md).
-    # 0: each request's sequence is divided evenly over the grid's splits
+    # device: one largest split size for the whole batch, chosen so that all splits fill
+    # about one wave of N programs per multiprocessor, and no request takes more than the
+    # grid's splits (``kv_splits`` or the planned count, then an upper bound); each request
+    # deals its tiles out evenly over the splits it needs, so a long request takes more
+    # splits than a short one. On the H200 it wins on the ragged batch and loses at
+    # verify-32k for k3v4_nc (docs/perf/h200.md), so no table entry uses it. 0: each
+    # request's sequence is divided evenly over the grid's splits
     split_budget: int = 0
-    # experimental, not yet timed: 1 keeps the kv splits' partial outputs in bf16 instead of
-    # float32, halving the bytes the attention kernel writes and the merge reads (at poc on
-    # an H200, 8 MB each way), at the cost of a second bf16 rounding of the output (the
-    # merge's weights and sums stay float32)
+    # experimental: 1 keeps the kv splits' partial outputs in bf16 instead of float32,
+    # halving the bytes the attention kernel writes and the merge reads (at poc on an H200,
+    # 8 MB each way), at the cost of a second bf16 rounding of the output (the merge's
+    # weights and sums stay float32). On the H200 it is 0.7-1.1 us slower at poc and equal
+    # at verify-32k (docs/perf/h200.md), so it stays off
     bf16_partials: int = 0
 
 

@@ -27,8 +27,8 @@ def request_bounds_fn(
     inside ``[0, rows)``, where ``rows`` is ``query_start_loc[num_reqs]`` clamped to
     ``[0, num_query_rows]``, so even a non-monotone ``query_start_loc`` stays inside; the
     split's share of the sequence ``[kv_lo, kv_hi)`` in whole tiles: the sequence divided
-    evenly over ``NUM_SPLITS``, or with ``BALANCE`` splits of ``chunk`` positions
-    (:func:`balanced_chunk_fn`; splits past the sequence are empty). Clamped in int64 (the
+    evenly over ``NUM_SPLITS``, or with ``BALANCE`` over ``cdiv(seq_len, chunk)`` splits
+    (:func:`balanced_chunk_fn`; the splits after those are empty). Clamped in int64 (the
     index tensors may be int64), then narrowed. Scalar operations only, so that Triton and
     Gluon compile the same function."""
     r = tl.program_id(0)
@@ -42,10 +42,14 @@ def request_bounds_fn(
     q_start = q_start.to(tl.int32)
     q_len = q_end.to(tl.int32) - q_start
     if BALANCE:
-        # in int64: split x chunk can pass 2^31 where chunk is near the block table's capacity
-        lo = tl.minimum(split.to(tl.int64) * chunk, seq_len)
-        kv_lo = lo.to(tl.int32)
-        kv_hi = tl.minimum(lo + chunk, seq_len).to(tl.int32)
+        # the request takes n = cdiv(seq_len, chunk) splits and deals its tiles out evenly:
+        # each split gets floor or ceil of tiles / n (a last split of a few tiles would hold
+        # up its wave); splits from n on are empty. In int64: split x tiles can pass 2^31
+        seq = seq_len.to(tl.int64)
+        tiles = tl.cdiv(seq, BLOCK_KV)
+        n = tl.maximum(tl.cdiv(seq, chunk), 1)
+        kv_lo = tl.minimum((split * tiles // n) * BLOCK_KV, seq).to(tl.int32)
+        kv_hi = tl.minimum(((split + 1) * tiles // n) * BLOCK_KV, seq).to(tl.int32)
     else:
         per_split = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_KV) * BLOCK_KV
         kv_lo = split * per_split
@@ -54,12 +58,14 @@ def request_bounds_fn(
 
 
 def balanced_chunk_fn(total, longest, bt_cap, programs, NUM_SPLITS: tl.constexpr, BLOCK_KV: tl.constexpr):
-    """Positions per kv split for the whole batch (``BALANCE``): ``total`` is the batch's
-    summed (clamped) sequence lengths and ``longest`` its longest, both int64. A request of
+    """The most positions one kv split takes, for the whole batch (``BALANCE``): ``total``
+    is the batch's summed (clamped) sequence lengths and ``longest`` its longest, both
+    int64. A request of
     ``n`` positions takes ``cdiv(n, chunk)`` splits, and over the batch's requests and kv
     heads these fill at most ``programs`` programs (one wave) where that is possible: each
     request rounds up by less than one split, so ``total / (programs - pairs)`` positions
-    per split are enough. The chunk is at least ``cdiv(longest, NUM_SPLITS)`` (no request
+    per split are enough (:func:`request_bounds_fn` then deals each request's tiles out
+    evenly over its splits). The chunk is at least ``cdiv(longest, NUM_SPLITS)`` (no request
     needs more splits than the grid has) and one tile, at most the block table's capacity
     ``bt_cap`` rounded up to whole tiles; int64. Scalar operations only (see :func:`request_bounds_fn`)."""
     heads = tl.num_programs(1).to(tl.int64)

@@ -23,7 +23,7 @@ chooses for the portable kernel:
 - with ``WGMMA`` (``AttentionConfig.gluon`` 3, 64-row tiles on sm_90) both products are
   Hopper's warpgroup instructions, which read the query, key and value tiles from shared
   memory once per tile for all four warps, where ``mma.sync`` has each warp read them as
-  its own fragments (compiled for sm_90; not yet run on a GPU).
+  its own fragments (the H200 table's poc entries: 64-row tiles).
 
 Gluon kernels do not run under Triton's interpreter: ``tests/test_gluon_kernel.py``
 compiles this one for sm_90 on any machine and tests it against tq-core on a GPU. It is

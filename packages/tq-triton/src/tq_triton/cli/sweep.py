@@ -133,7 +133,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=str(AttentionConfig.gluon),
         help="comma list of 0/1/2/3; 1: the explicit-layout kernel where it applies (cuda, fp8 or 3-bit codebook "
         "keys and 4-bit values, tiles of 16-64 tokens; its warps follow the rows), 2: the same with two shared "
-        "buffers per tile, 3: with Hopper's warpgroup products for 64-row tiles on sm_90 (experimental) "
+        "buffers per tile, 3: with Hopper's warpgroup products for 64-row tiles on sm_90 (other tiles as 1) "
         f"(default {AttentionConfig.gluon})",
     )
     p.add_argument(
