@@ -65,6 +65,7 @@ def compile_kernel(args: argparse.Namespace):
         KEY_LUT=args.key_lut if not p.key_is_fp8 and p.key_bits == 3 else 0,
         VALUE_WORDS=bool(args.value_words) and p.value_bits == 4,
         BALANCE=False,
+        SKIP_EMPTY=False,
     )
     types = {
         "Q": "*bf16",

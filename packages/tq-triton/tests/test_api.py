@@ -199,6 +199,9 @@ def test_sweep_grid_varies_waves_only_where_they_choose_the_splits():
     budgets = attention_grid([32], [1], [(1, 1)], [32], [0], [16], split_budget=[0, 4])
     assert [c.split_budget for c in budgets] == [0, 4]
     assert {c.split_budget for c in grid} == {tuning.AttentionConfig.split_budget}
+    skips = attention_grid([32], [1], [(1, 1)], [32], [0], [16], split_budget=[4], skip_empty=[0, 1])
+    assert [(c.split_budget, c.skip_empty) for c in skips] == [(4, 0), (4, 1)]
+    assert {c.skip_empty for c in grid} == {tuning.AttentionConfig.skip_empty}
 
 
 @pytest.mark.parametrize("kv_splits", [0, 32])
@@ -217,6 +220,7 @@ def test_sweep_entry_reads_back_as_the_measured_config(kv_splits):
         key_lut=2,
         value_words=1,
         split_budget=4,
+        skip_empty=1,
     )
     entry = table_entry(cfg, 1.234567891)
     assert entry["ms"] == 1.23457

@@ -107,6 +107,47 @@ def test_bf16_partials(preset, value_words, gen, device, monkeypatch):
     assert seen == [torch.bfloat16]  # one merge: the call with 5 splits
 
 
+@pytest.mark.parametrize("preset", ["turboquant_k3v4_nc", "turboquant_k8v4"])
+@pytest.mark.parametrize("budget", ["0", "8"])
+@pytest.mark.parametrize("skip", ["0", "1"])
+def test_empty_splits_write_no_partial_output(preset, budget, skip, gen, device, monkeypatch):
+    """``skip_empty``: a kv split with no position for its rows (a short request's surplus
+    splits) writes only its log-sum-exp (-inf), and the merge does not read its partial
+    output: with the split workspace allocated NaN-filled, the result still matches
+    tq-core, and the empty splits' partial outputs are still NaN. Without it, every split
+    writes its partial output."""
+    monkeypatch.setenv("TQ_SPLIT_BUDGET", budget)
+    monkeypatch.setenv("TQ_SKIP_EMPTY", skip)
+    launch_module = importlib.import_module("tq_triton.attention.launch")
+    real_empty = torch.empty
+    workspaces = []
+
+    def nan_empty(*args, **kwargs):
+        t = real_empty(*args, **kwargs)
+        if t.dtype.is_floating_point:
+            t.fill_(float("nan"))
+            workspaces.append(t)
+        return t
+
+    monkeypatch.setattr(launch_module.torch, "empty", nan_empty)
+    seq_lens, q_lens = [3, 700, 40], [2, 8, 1]
+    b = make_batch(gen, preset, seq_lens, q_lens, head_dim=64, num_kv_heads=2, group=2, device=device)
+    splits = 8
+    out, ref = run_triton(b, splits=splits)
+    monkeypatch.setattr(launch_module.torch, "empty", real_empty)
+    assert_close(out, ref)
+    partial, lse = workspaces  # [rows * q heads * splits * D], [rows * q heads * splits]
+    lse = lse.view(sum(q_lens), -1, splits)
+    partial = partial.view(sum(q_lens), -1, splits, 64)
+    # request 0 (3 positions, one 16-token tile at most): only its first split holds positions
+    assert bool((lse[:2, :, 1:] == float("-inf")).all())
+    if skip == "1":
+        assert bool(partial[:2, :, 1:].isnan().all()), "an empty split wrote its partial output"
+    else:
+        assert bool(partial[:2].isfinite().all())
+    assert bool(partial[:2, :, 0].isfinite().all())
+
+
 @triton.jit
 def _balanced_chunk_probe(SeqLens, Out, bt_cap, programs, NUM_SPLITS: tl.constexpr, BLOCK_KV: tl.constexpr):
     chunk = balanced_chunk(SeqLens, 1, bt_cap, programs, NUM_SPLITS, BLOCK_KV)

@@ -144,10 +144,13 @@ def test_scores_carry_no_systematic_rounding_bias(preset, gen, device):
 
 
 @pytest.mark.parametrize("splits", [1, 3])
-def test_minus_inf_query_element_over_keys_of_one_sign_is_nan(splits, gen, device):
+@pytest.mark.parametrize("skip", ["0", "1"])
+def test_minus_inf_query_element_over_keys_of_one_sign_is_nan(splits, skip, gen, device, monkeypatch):
     """-inf against a key element that is positive in every cached token makes every score
     of the row -inf. tq_core's softmax gives NaN there, and so must the kernel (the online
-    softmax alone would write 0)."""
+    softmax alone would write 0), also where the merge skips splits whose log-sum-exp is
+    -inf (``skip_empty``)."""
+    monkeypatch.setenv("TQ_SKIP_EMPTY", skip)
     b = batch(gen, "turboquant_k8v4", device)
     dim = 5
     key = b.key.clone()

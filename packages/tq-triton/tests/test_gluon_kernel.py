@@ -28,7 +28,7 @@ GLUON_PRESETS = [n for n, p in tq_core.PRESETS.items() if gluon_launch.gluon_key
 
 
 # (preset, group, block_q, block_kv, head_dim, splits[, buffers[, balance[, wgmma[, bf16 partial
-# outputs]]]]): 16-, 32- and 64-row tiles, each head_dim, both key kinds
+# outputs[, empty splits skipped]]]]]): 16-, 32- and 64-row tiles, each head_dim, both key kinds
 COMPILED = [
     ("turboquant_k8v4", 4, 4, 32, 128, 1),
     ("turboquant_k8v4", 4, 8, 32, 128, 16),
@@ -48,6 +48,8 @@ COMPILED = [
     ("turboquant_k8v4", 1, 64, 32, 256, 1, 1, 0, 1),
     ("turboquant_k3v4_nc", 4, 8, 64, 128, 16, 1, 0, 0, 1),  # bf16 partial outputs
     ("turboquant_k8v4", 8, 8, 64, 128, 16, 1, 0, 1, 1),
+    ("turboquant_k3v4_nc", 4, 8, 64, 128, 16, 1, 1, 0, 0, 1),  # empty splits skipped (skip_empty)
+    ("turboquant_k8v4", 8, 8, 64, 128, 16, 1, 0, 1, 0, 1),
 ]
 
 
@@ -171,6 +173,25 @@ def test_bf16_partials(preset, gen, device, gluon_launches, monkeypatch):
     if torch.device(device).type != "cuda":
         pytest.skip("cuda only")
     monkeypatch.setenv("TQ_BF16_PARTIALS", "1")
+    for group in (4, 8):
+        b = make_batch(
+            gen, preset, [1, 300, 2049, 77], [1, 8, 3, 8], head_dim=128, num_kv_heads=2, group=group, device=device
+        )
+        assert_close(*run_triton(b, splits=7, max_query_len=8))
+    assert gluon_launches, "the Gluon kernel did not run"
+
+
+@pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run only on an NVIDIA GPU")
+@needs_gluon
+@pytest.mark.parametrize("preset", GLUON_PRESETS)
+@pytest.mark.parametrize("budget", ["0", "4"])
+def test_skip_empty(preset, budget, gen, device, gluon_launches, monkeypatch):
+    """``skip_empty``: short requests' surplus kv splits skipped, 32- and 64-row tiles, with
+    and without ``split_budget``."""
+    if torch.device(device).type != "cuda":
+        pytest.skip("cuda only")
+    monkeypatch.setenv("TQ_SKIP_EMPTY", "1")
+    monkeypatch.setenv("TQ_SPLIT_BUDGET", budget)
     for group in (4, 8):
         b = make_batch(
             gen, preset, [1, 300, 2049, 77], [1, 8, 3, 8], head_dim=128, num_kv_heads=2, group=group, device=device

@@ -1,8 +1,9 @@
 """Compile the Gluon attention kernel for sm_90 and report what its PTX holds (a helper of
 test_gluon_kernel.py, run in its own process without TRITON_INTERPRET).
 
-Usage: ``python tqt_gluon_compile.py PRESET,GROUP,BLOCK_Q,BLOCK_KV,HEAD_DIM,SPLITS[,BUFFERS[,BALANCE[,WGMMA[,BF16]]]]
-...``; prints one JSON list, an object of checks per configuration."""
+Usage: ``python tqt_gluon_compile.py
+PRESET,GROUP,BLOCK_Q,BLOCK_KV,HEAD_DIM,SPLITS[,BUFFERS[,BALANCE[,WGMMA[,BF16[,SKIP]]]]] ...``;
+prints one JSON list, an object of checks per configuration."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ if __name__ == "__main__":
         balance = extra[1] if len(extra) > 1 else 0
         wgmma = extra[2] if len(extra) > 2 else 0
         bf16 = extra[3] if len(extra) > 3 else 0
+        skip = extra[4] if len(extra) > 4 else 0
         kernel = compile_gluon(
             preset,
             group,
@@ -45,6 +47,7 @@ if __name__ == "__main__":
             balance=bool(balance),
             wgmma=bool(wgmma),
             bf16_partials=bool(bf16),
+            skip_empty=bool(skip),
         )
         out.append(checks(kernel.asm["ptx"]))
     print(json.dumps(out))

@@ -84,6 +84,13 @@ class AttentionConfig:
     # weights and sums stay float32). On the H200 it is 0.7-1.1 us slower at poc and equal
     # at verify-32k (docs/perf/h200.md), so it stays off
     bf16_partials: int = 0
+    # experimental: 1 lets a kv split with no position for its query chunk (a request
+    # shorter than the split count leaves some) skip the query, the tile loop and its
+    # partial output, writing only -inf log-sum-exps that the merge then skips. With the
+    # kernels' code in a branch it is off: on the H200 the Gluon kernel compiled that way
+    # was 17% slower at k8v4 verify-32k (docs/perf/h200.md), while with split_budget 4 it
+    # took 20% off the k3v4_nc ragged batch
+    skip_empty: int = 0
 
 
 @dataclass(frozen=True)
@@ -116,6 +123,7 @@ _LIMITS: dict[str, tuple[int, int, bool]] = {
     "gluon": (0, 3, False),
     "split_budget": (0, 64, False),
     "bf16_partials": (0, 1, False),
+    "skip_empty": (0, 1, False),
 }
 ENV_OVERRIDES = {
     "TQ_BLOCK_KV": "block_kv",
@@ -131,6 +139,7 @@ ENV_OVERRIDES = {
     "TQ_GLUON": "gluon",
     "TQ_SPLIT_BUDGET": "split_budget",
     "TQ_BF16_PARTIALS": "bf16_partials",
+    "TQ_SKIP_EMPTY": "skip_empty",
 }
 STORE_ENV_OVERRIDES = {
     "TQ_CODE_SEARCH": "code_search",

@@ -173,8 +173,9 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
     """Every launch to compile. ``knobs``: also each attention launch with the experimental
     kernel knobs on (``KEY_LUT`` 2, the register table's integer emulation, for 3-bit
     codebook keys; ``VALUE_WORDS`` for 4-bit values; ``BALANCE``, ``split_budget``'s split
-    sizes, where the launch has kv splits; bf16 partial outputs, ``bf16_partials``, for
-    the attention and merge kernels), which the xpu path does not use by default."""
+    sizes, and ``SKIP_EMPTY``, ``skip_empty``, where the launch has kv splits; bf16 partial
+    outputs, ``bf16_partials``, for the attention and merge kernels, the merge also with
+    ``SKIP_EMPTY``), which the xpu path does not use by default."""
     import tq_core
 
     from .attention.kernel import MERGE_WARPS, attention_kernel, merge_kernel
@@ -231,7 +232,8 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
                         variants = [("", cx, types)]
                         if knobs:
                             lut = 2 if not p.key_is_fp8 and p.key_bits == 3 else 0
-                            kcx = dict(cx, KEY_LUT=lut, VALUE_WORDS=p.value_bits == 4, BALANCE=splits > 1)
+                            kcx = dict(cx, KEY_LUT=lut, VALUE_WORDS=p.value_bits == 4)
+                            kcx |= dict(BALANCE=splits > 1, SKIP_EMPTY=splits > 1)
                             ktypes = dict(types, Partial="*bf16")  # bf16_partials
                             variants.append((" knobs", kcx, dict(ktypes, Centroids="*i32") if lut else ktypes))
                         for suffix, vcx, vtypes in variants:
@@ -248,7 +250,7 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
         splits = attention_cfg(presets[0], 1).max_kv_splits
         mtypes = {"Partial": "*fp32", "Lse": "*fp32", "Out": f"*{INPUT_DTYPE}", "QueryStart": "*i32"}
         # VALUE_COLUMNS: partial outputs of 4-bit values (the launcher sets it from VALUE_WORDS);
-        # with knobs, bf16 partial outputs too (bf16_partials)
+        # with knobs, bf16 partial outputs too (bf16_partials), empty splits skipped (skip_empty)
         for columns, partial in ((False, "*fp32"), (True, "*fp32"), *(((True, "*bf16"),) if knobs else ())):
             mcx = dict(
                 NUM_Q_HEADS=4 * NUM_KV_HEADS,
@@ -256,6 +258,7 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
                 SPLITS_PAD=next_pow2(splits),
                 D=d,
                 VALUE_COLUMNS=columns,
+                SKIP_EMPTY=partial == "*bf16",
                 stride_qs=1,
             )
             yield Job(
@@ -398,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         "--knobs",
         action="store_true",
         help="also compile each attention launch with the experimental knobs on (key_lut 2, value_words 1, "
-        "split_budget where there are kv splits, bf16 partial outputs, with their merge kernel)",
+        "split_budget and skip_empty where there are kv splits, bf16 partial outputs, with their merge kernel)",
     )
     ap.add_argument(
         "--jobs",

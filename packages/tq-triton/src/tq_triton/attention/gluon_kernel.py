@@ -334,10 +334,12 @@ def gluon_attention_kernel(
     BUFFERS: gl.constexpr = 1,
     BALANCE: gl.constexpr = False,
     WGMMA: gl.constexpr = False,
+    SKIP_EMPTY: gl.constexpr = False,
 ):
     """``WARPS``: the launch's warps, ``BLOCK_Q * G_PAD / 16`` (one per 16 query rows), at
     most 4. Keys fp8 or 3-bit codebook codes (``Centroids`` is then ``key_lut.lut_words``'
-    table; unused for fp8), values 4-bit (see ``gluon_launch.gluon_applies``)."""
+    table; unused for fp8), values 4-bit (see ``gluon_launch.gluon_applies``). The other
+    constexprs are ``kernel.attention_kernel``'s."""
     BLOCK_M: gl.constexpr = BLOCK_Q * G_PAD
     gl.static_assert(not WGMMA or (BUFFERS == 1 and BLOCK_M == 64), "WGMMA: one buffer per tile, 64 rows")
     MAX_SLACK: gl.constexpr = 8.0
@@ -438,154 +440,85 @@ def gluon_attention_kernel(
     dout = _value_columns(dcol)
 
     for qc in range(0, q_len, BLOCK_Q):
-        QLOAD: gl.constexpr = QL if KEY_FP8 else QH
-        mq = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, QLOAD))
-        dq = gl.arange(0, D, layout=gl.SliceLayout(0, QLOAD))
-        tok_q = qc + mq // G_PAD
-        ok_q = (tok_q < q_len) & (mq % G_PAD < G)
-        q = gl.load(
-            Q
-            + (q_start + tok_q).to(gl.int64)[:, None] * stride_qt
-            + (h * G + mq % G_PAD)[:, None] * stride_qh
-            + dq[None, :],
-            mask=ok_q[:, None],
-            other=0.0,
-        ).to(gl.float32)
-        # a NaN or ±inf query element makes its row NaN, as in tq_core (kernel.py says why
-        # the scores alone do not)
-        q_bad = gl.sum(((q != q) | (gl.abs(q) == float("inf"))).to(gl.int32), axis=1) > 0
-        if KEY_FP8:
-            q = q * q_mul
+        # SKIP_EMPTY: a split with no position for this query chunk only marks its rows
+        # empty (kernel.py's attention_kernel says why)
+        if SKIP_EMPTY and kv_lo >= gl.minimum(kv_hi, seq_len - q_len + gl.minimum(qc + BLOCK_Q, q_len)):
+            e_m = gl.arange(0, BLOCK_M, layout=ROW)
+            e_tok = qc + e_m // G_PAD
+            e_slot = ((q_start + e_tok).to(gl.int64) * NUM_Q_HEADS + h * G + e_m % G_PAD) * NUM_SPLITS + split
+            e_ok = (e_tok < q_len) & (e_m % G_PAD < G)
+            gl.store(Lse + e_slot, gl.full([BLOCK_M], float("-inf"), gl.float32, ROW), mask=e_ok)
         else:
-            # scores in the rotated domain: the query's orthonormal Hadamard transform
-            q = _butterflies(q, BLOCK_M, D, 0, LOG2_D - 1)
-            q = _butterflies(gl.convert_layout(q, QE), BLOCK_M, D, LOG2_D - 1, LOG2_D)
-            q = q * (q_mul / gl.sqrt(D * 1.0))
-        if SATURATE_QUERY:
-            q_sat = gl.minimum(gl.maximum(q, -65504.0), 65504.0)
-            q = gl.where(gl.abs(q) < float("inf"), q_sat, q)
-        # kept in shared memory, read as A operand fragments per tile: fewer live registers
-        _barrier()  # every warp is done with the previous chunk's query
-        q_s.store(q.to(gl.float16, fp_downcast_rounding="rtz"))
-
-        m = gl.arange(0, BLOCK_M, layout=ROW)
-        row_tok = qc + m // G_PAD
-        row_ok = (row_tok < q_len) & (m % G_PAD < G)
-        row_pos = seq_len - q_len + row_tok
-        q_row = (q_start + row_tok).to(gl.int64)
-        head = h * G + m % G_PAD
-
-        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, ROW)
-        l_i = gl.zeros([BLOCK_M], gl.float32, ROW)
-        r_i = gl.zeros([BLOCK_M], gl.float32, ROW)
-        acc = gl.zeros([BLOCK_M, D], gl.float32, MMAO)
-        f_i = gl.to_tensor(0.0)  # the value scales' reference (set by the first tile)
-        hi = gl.minimum(kv_hi, seq_len - q_len + gl.minimum(qc + BLOCK_Q, q_len))
-        # a tile that ends before this bound is visible to every row of the chunk
-        unmasked_hi = gl.minimum(hi, seq_len - q_len + qc + 1)
-
-        where = (bt_row, stride_bc, head_base, stride_blk, hi, last_block)
-        tile = _load_tile(
-            kv_lo,
-            _load_blocks(kv_lo, where, BL, NB, TPB, BLOCK_SIZE),
-            where,
-            offsets,
-            BL,
-            BLV,
-            NB,
-            TPB,
-            BLOCK_SIZE,
-            KEY_OFF,
-            KEY_BYTES,
-            NORM_OFF,
-            VAL_OFF,
-            VAL_BYTES,
-            SCALE_OFF,
-            ZERO_OFF,
-            KEY_FP8,
-        )
-        if BUFFERS == 2:
-            _barrier()  # every warp is done with the previous chunk's buffers
-            _decode_into(
-                tile,
-                (k_s.index(0), v_s.index(0), sc_s.index(0), zr_s.index(0), kn_s.index(0)),
-                lut,
-                BLOCK_KV,
-                D,
-                S2,
-                KEY_FP8,
-                NORM_CORRECTION,
-            )
-            tile = _load_tile(
-                kv_lo + BLOCK_KV,
-                _load_blocks(kv_lo + BLOCK_KV, where, BL, NB, TPB, BLOCK_SIZE),
-                where,
-                offsets,
-                BL,
-                BLV,
-                NB,
-                TPB,
-                BLOCK_SIZE,
-                KEY_OFF,
-                KEY_BYTES,
-                NORM_OFF,
-                VAL_OFF,
-                VAL_BYTES,
-                SCALE_OFF,
-                ZERO_OFF,
-                KEY_FP8,
-            )
-            _barrier()
-        # the block ids of the tile after the one in flight
-        blk = _load_blocks(kv_lo + BUFFERS * BLOCK_KV, where, BL, NB, TPB, BLOCK_SIZE)
-        for start in range(kv_lo, hi, BLOCK_KV):
-            current = tile
-            # each tile's loads are issued BUFFERS iterations before it is read, its block
-            # ids one iteration before that
-            tile = _load_tile(
-                start + BUFFERS * BLOCK_KV,
-                blk,
-                where,
-                offsets,
-                BL,
-                BLV,
-                NB,
-                TPB,
-                BLOCK_SIZE,
-                KEY_OFF,
-                KEY_BYTES,
-                NORM_OFF,
-                VAL_OFF,
-                VAL_BYTES,
-                SCALE_OFF,
-                ZERO_OFF,
-                KEY_FP8,
-            )
-            blk = _load_blocks(start + (BUFFERS + 1) * BLOCK_KV, where, BL, NB, TPB, BLOCK_SIZE)
-            if BUFFERS == 2:
-                b = ((start - kv_lo) // BLOCK_KV) % 2
-                s = mma_v2(
-                    q_s.load(A_OP),
-                    k_s.index(b).permute((1, 0)).load(B_OP),
-                    gl.zeros([BLOCK_M, BLOCK_KV], gl.float32, MMA),
-                )
-                # the next tile (masked loads past hi: zeros) into the other buffer
-                nb = 1 - b
-                _decode_into(
-                    current,
-                    (k_s.index(nb), v_s.index(nb), sc_s.index(nb), zr_s.index(nb), kn_s.index(nb)),
-                    lut,
-                    BLOCK_KV,
-                    D,
-                    S2,
-                    KEY_FP8,
-                    NORM_CORRECTION,
-                )
+            QLOAD: gl.constexpr = QL if KEY_FP8 else QH
+            mq = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, QLOAD))
+            dq = gl.arange(0, D, layout=gl.SliceLayout(0, QLOAD))
+            tok_q = qc + mq // G_PAD
+            ok_q = (tok_q < q_len) & (mq % G_PAD < G)
+            q = gl.load(
+                Q
+                + (q_start + tok_q).to(gl.int64)[:, None] * stride_qt
+                + (h * G + mq % G_PAD)[:, None] * stride_qh
+                + dq[None, :],
+                mask=ok_q[:, None],
+                other=0.0,
+            ).to(gl.float32)
+            # a NaN or ±inf query element makes its row NaN, as in tq_core (kernel.py says why
+            # the scores alone do not)
+            q_bad = gl.sum(((q != q) | (gl.abs(q) == float("inf"))).to(gl.int32), axis=1) > 0
+            if KEY_FP8:
+                q = q * q_mul
             else:
-                b = 0
-                _barrier()  # every warp has read the previous tile
+                # scores in the rotated domain: the query's orthonormal Hadamard transform
+                q = _butterflies(q, BLOCK_M, D, 0, LOG2_D - 1)
+                q = _butterflies(gl.convert_layout(q, QE), BLOCK_M, D, LOG2_D - 1, LOG2_D)
+                q = q * (q_mul / gl.sqrt(D * 1.0))
+            if SATURATE_QUERY:
+                q_sat = gl.minimum(gl.maximum(q, -65504.0), 65504.0)
+                q = gl.where(gl.abs(q) < float("inf"), q_sat, q)
+            # kept in shared memory, read as A operand fragments per tile: fewer live registers
+            _barrier()  # every warp is done with the previous chunk's query
+            q_s.store(q.to(gl.float16, fp_downcast_rounding="rtz"))
+
+            m = gl.arange(0, BLOCK_M, layout=ROW)
+            row_tok = qc + m // G_PAD
+            row_ok = (row_tok < q_len) & (m % G_PAD < G)
+            row_pos = seq_len - q_len + row_tok
+            q_row = (q_start + row_tok).to(gl.int64)
+            head = h * G + m % G_PAD
+
+            m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, ROW)
+            l_i = gl.zeros([BLOCK_M], gl.float32, ROW)
+            r_i = gl.zeros([BLOCK_M], gl.float32, ROW)
+            acc = gl.zeros([BLOCK_M, D], gl.float32, MMAO)
+            f_i = gl.to_tensor(0.0)  # the value scales' reference (set by the first tile)
+            hi = gl.minimum(kv_hi, seq_len - q_len + gl.minimum(qc + BLOCK_Q, q_len))
+            # a tile that ends before this bound is visible to every row of the chunk
+            unmasked_hi = gl.minimum(hi, seq_len - q_len + qc + 1)
+
+            where = (bt_row, stride_bc, head_base, stride_blk, hi, last_block)
+            tile = _load_tile(
+                kv_lo,
+                _load_blocks(kv_lo, where, BL, NB, TPB, BLOCK_SIZE),
+                where,
+                offsets,
+                BL,
+                BLV,
+                NB,
+                TPB,
+                BLOCK_SIZE,
+                KEY_OFF,
+                KEY_BYTES,
+                NORM_OFF,
+                VAL_OFF,
+                VAL_BYTES,
+                SCALE_OFF,
+                ZERO_OFF,
+                KEY_FP8,
+            )
+            if BUFFERS == 2:
+                _barrier()  # every warp is done with the previous chunk's buffers
                 _decode_into(
-                    current,
+                    tile,
                     (k_s.index(0), v_s.index(0), sc_s.index(0), zr_s.index(0), kn_s.index(0)),
                     lut,
                     BLOCK_KV,
@@ -594,91 +527,174 @@ def gluon_attention_kernel(
                     KEY_FP8,
                     NORM_CORRECTION,
                 )
-                if WGMMA:
-                    # the decoded tiles (and the query) were written by ordinary stores; the
-                    # warpgroup product reads them through the async proxy
-                    fence_async_shared()
-                    _barrier()
-                    s = warpgroup_mma(
-                        q_s,
-                        k_s.index(0).permute((1, 0)),
-                        gl.zeros([BLOCK_M, BLOCK_KV], gl.float32, MMA),
-                        use_acc=False,
-                    )
-                else:
-                    _barrier()
+                tile = _load_tile(
+                    kv_lo + BLOCK_KV,
+                    _load_blocks(kv_lo + BLOCK_KV, where, BL, NB, TPB, BLOCK_SIZE),
+                    where,
+                    offsets,
+                    BL,
+                    BLV,
+                    NB,
+                    TPB,
+                    BLOCK_SIZE,
+                    KEY_OFF,
+                    KEY_BYTES,
+                    NORM_OFF,
+                    VAL_OFF,
+                    VAL_BYTES,
+                    SCALE_OFF,
+                    ZERO_OFF,
+                    KEY_FP8,
+                )
+                _barrier()
+            # the block ids of the tile after the one in flight
+            blk = _load_blocks(kv_lo + BUFFERS * BLOCK_KV, where, BL, NB, TPB, BLOCK_SIZE)
+            for start in range(kv_lo, hi, BLOCK_KV):
+                current = tile
+                # each tile's loads are issued BUFFERS iterations before it is read, its block
+                # ids one iteration before that
+                tile = _load_tile(
+                    start + BUFFERS * BLOCK_KV,
+                    blk,
+                    where,
+                    offsets,
+                    BL,
+                    BLV,
+                    NB,
+                    TPB,
+                    BLOCK_SIZE,
+                    KEY_OFF,
+                    KEY_BYTES,
+                    NORM_OFF,
+                    VAL_OFF,
+                    VAL_BYTES,
+                    SCALE_OFF,
+                    ZERO_OFF,
+                    KEY_FP8,
+                )
+                blk = _load_blocks(start + (BUFFERS + 1) * BLOCK_KV, where, BL, NB, TPB, BLOCK_SIZE)
+                if BUFFERS == 2:
+                    b = ((start - kv_lo) // BLOCK_KV) % 2
                     s = mma_v2(
                         q_s.load(A_OP),
-                        k_s.index(0).permute((1, 0)).load(B_OP),
+                        k_s.index(b).permute((1, 0)).load(B_OP),
                         gl.zeros([BLOCK_M, BLOCK_KV], gl.float32, MMA),
                     )
-            if not KEY_FP8:
-                s = s * kn_s.index(b).load(COL)[None, :]
-            if start + BLOCK_KV > unmasked_hi:
-                pos = start + gl.arange(0, BLOCK_KV, layout=COL)
-                visible = row_ok[:, None] & (pos[None, :] < hi) & (pos[None, :] <= row_pos[:, None])
-                s = gl.where(visible, s, float("-inf"))
-            # A row's running maximum (log2 units) moves only when the tile's exceeds it by
-            # more than MAX_SLACK, so probabilities stay below 2^MAX_SLACK, well inside fp16;
-            # the value scales are normalised by a reference f that moves only when the
-            # tile's largest scale leaves [f / 2^SCALE_SLACK, f]. The accumulator is rescaled
-            # on every tile: testing whether any row's factor differs from 1 is a reduction
-            # over the program's warps (two barriers), which costs more than the multiplies.
-            tile_max = gl.max(s, axis=1) * q_scale
-            m_new = gl.where(tile_max > m_i + MAX_SLACK, tile_max, m_i)
-            m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = gl.where(m_new == m_i, 1.0, gl.exp2(m_i - m_ref))
-            p = gl.exp2(s * q_scale - m_ref[:, None])
-            l_i = l_i * alpha + gl.sum(p, axis=1)
+                    # the next tile (masked loads past hi: zeros) into the other buffer
+                    nb = 1 - b
+                    _decode_into(
+                        current,
+                        (k_s.index(nb), v_s.index(nb), sc_s.index(nb), zr_s.index(nb), kn_s.index(nb)),
+                        lut,
+                        BLOCK_KV,
+                        D,
+                        S2,
+                        KEY_FP8,
+                        NORM_CORRECTION,
+                    )
+                else:
+                    b = 0
+                    _barrier()  # every warp has read the previous tile
+                    _decode_into(
+                        current,
+                        (k_s.index(0), v_s.index(0), sc_s.index(0), zr_s.index(0), kn_s.index(0)),
+                        lut,
+                        BLOCK_KV,
+                        D,
+                        S2,
+                        KEY_FP8,
+                        NORM_CORRECTION,
+                    )
+                    if WGMMA:
+                        # the decoded tiles (and the query) were written by ordinary stores; the
+                        # warpgroup product reads them through the async proxy
+                        fence_async_shared()
+                        _barrier()
+                        s = warpgroup_mma(
+                            q_s,
+                            k_s.index(0).permute((1, 0)),
+                            gl.zeros([BLOCK_M, BLOCK_KV], gl.float32, MMA),
+                            use_acc=False,
+                        )
+                    else:
+                        _barrier()
+                        s = mma_v2(
+                            q_s.load(A_OP),
+                            k_s.index(0).permute((1, 0)).load(B_OP),
+                            gl.zeros([BLOCK_M, BLOCK_KV], gl.float32, MMA),
+                        )
+                if not KEY_FP8:
+                    s = s * kn_s.index(b).load(COL)[None, :]
+                if start + BLOCK_KV > unmasked_hi:
+                    pos = start + gl.arange(0, BLOCK_KV, layout=COL)
+                    visible = row_ok[:, None] & (pos[None, :] < hi) & (pos[None, :] <= row_pos[:, None])
+                    s = gl.where(visible, s, float("-inf"))
+                # A row's running maximum (log2 units) moves only when the tile's exceeds it by
+                # more than MAX_SLACK, so probabilities stay below 2^MAX_SLACK, well inside fp16;
+                # the value scales are normalised by a reference f that moves only when the
+                # tile's largest scale leaves [f / 2^SCALE_SLACK, f]. The accumulator is rescaled
+                # on every tile: testing whether any row's factor differs from 1 is a reduction
+                # over the program's warps (two barriers), which costs more than the multiplies.
+                tile_max = gl.max(s, axis=1) * q_scale
+                m_new = gl.where(tile_max > m_i + MAX_SLACK, tile_max, m_i)
+                m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)
+                alpha = gl.where(m_new == m_i, 1.0, gl.exp2(m_i - m_ref))
+                p = gl.exp2(s * q_scale - m_ref[:, None])
+                l_i = l_i * alpha + gl.sum(p, axis=1)
 
-            # value t = zero_t + scale_t (code_t - 8) + 8 scale_t: the scales are folded into
-            # the probabilities (over f), the rest into r_i. (Keeping 1024 + code_t in the tile
-            # and 1024 scale_t in r_i would save a subtraction per value, but the fp16 rounding
-            # of the probabilities would then be scaled by 1024 instead of at most 8.)
-            vscale = sc_s.index(b).load(COL).to(gl.float32)
-            smax = gl.max(vscale, axis=0)
-            f = gl.where((smax > f_i) | (smax * SCALE_SLACK < f_i), smax, f_i)
-            f = gl.where(f > 0, f, 1.0)
-            pw = gl.convert_layout((p * (vscale / f)[None, :]).to(gl.float16), A_OP)
-            factor = alpha * (f_i / f)
+                # value t = zero_t + scale_t (code_t - 8) + 8 scale_t: the scales are folded into
+                # the probabilities (over f), the rest into r_i. (Keeping 1024 + code_t in the tile
+                # and 1024 scale_t in r_i would save a subtraction per value, but the fp16 rounding
+                # of the probabilities would then be scaled by 1024 instead of at most 8.)
+                vscale = sc_s.index(b).load(COL).to(gl.float32)
+                smax = gl.max(vscale, axis=0)
+                f = gl.where((smax > f_i) | (smax * SCALE_SLACK < f_i), smax, f_i)
+                f = gl.where(f > 0, f, 1.0)
+                pw = gl.convert_layout((p * (vscale / f)[None, :]).to(gl.float16), A_OP)
+                factor = alpha * (f_i / f)
+                if WGMMA:
+                    acc = acc * gl.convert_layout(factor, ROWO)[:, None]
+                    acc = warpgroup_mma(pw, v_s.index(b), acc)
+                else:
+                    acc = acc * factor[:, None]
+                    acc = mma_v2(pw, v_s.index(b).load(B_OP), acc)
+                mid = zr_s.index(b).load(COL).to(gl.float32) + vscale * 8.0
+                r_i = r_i * alpha + gl.sum(p * mid[None, :], axis=1)
+                m_i = m_new
+                f_i = f
+                if BUFFERS == 2:
+                    _barrier()  # buffer b is free again, the other one written
+
+            # NaN for a non-finite query's row
+            inv_l = gl.where(gl.convert_layout(q_bad, ROW), float("nan"), 1.0 / gl.where(l_i > 0, l_i, 1.0))
             if WGMMA:
-                acc = acc * gl.convert_layout(factor, ROWO)[:, None]
-                acc = warpgroup_mma(pw, v_s.index(b), acc)
+                o = acc * gl.convert_layout(f_i * inv_l, ROWO)[:, None] + gl.convert_layout(r_i * inv_l, ROWO)[:, None]
+                q_row_o = gl.convert_layout(q_row, ROWO)
+                head_o = gl.convert_layout(head, ROWO)
+                row_ok_o = gl.convert_layout(row_ok, ROWO)
             else:
-                acc = acc * factor[:, None]
-                acc = mma_v2(pw, v_s.index(b).load(B_OP), acc)
-            mid = zr_s.index(b).load(COL).to(gl.float32) + vscale * 8.0
-            r_i = r_i * alpha + gl.sum(p * mid[None, :], axis=1)
-            m_i = m_new
-            f_i = f
-            if BUFFERS == 2:
-                _barrier()  # buffer b is free again, the other one written
-
-        # NaN for a non-finite query's row
-        inv_l = gl.where(gl.convert_layout(q_bad, ROW), float("nan"), 1.0 / gl.where(l_i > 0, l_i, 1.0))
-        if WGMMA:
-            o = acc * gl.convert_layout(f_i * inv_l, ROWO)[:, None] + gl.convert_layout(r_i * inv_l, ROWO)[:, None]
-            q_row_o = gl.convert_layout(q_row, ROWO)
-            head_o = gl.convert_layout(head, ROWO)
-            row_ok_o = gl.convert_layout(row_ok, ROWO)
-        else:
-            o = acc * (f_i * inv_l)[:, None] + (r_i * inv_l)[:, None]
-            q_row_o = q_row
-            head_o = head
-            row_ok_o = row_ok
-        if NUM_SPLITS == 1:
-            gl.store(
-                Out + q_row_o[:, None] * stride_ot + head_o[:, None] * stride_oh + dout[None, :],
-                o.to(Out.dtype.element_ty),
-                mask=row_ok_o[:, None],
-            )
-        else:
-            lse = gl.where(l_i > 0, m_i + gl.log2(gl.where(l_i > 0, l_i, 1.0)), float("-inf"))
-            slot = (q_row * NUM_Q_HEADS + head) * NUM_SPLITS + split
-            slot_o = (q_row_o * NUM_Q_HEADS + head_o) * NUM_SPLITS + split
-            # in the accumulator's column order (merge_kernel's VALUE_COLUMNS): pairs of
-            # neighbouring columns leave in one vector store
-            gl.store(
-                Partial + slot_o[:, None] * D + dcol[None, :], o.to(Partial.dtype.element_ty), mask=row_ok_o[:, None]
-            )
-            gl.store(Lse + slot, lse, mask=row_ok)
+                o = acc * (f_i * inv_l)[:, None] + (r_i * inv_l)[:, None]
+                q_row_o = q_row
+                head_o = head
+                row_ok_o = row_ok
+            if NUM_SPLITS == 1:
+                gl.store(
+                    Out + q_row_o[:, None] * stride_ot + head_o[:, None] * stride_oh + dout[None, :],
+                    o.to(Out.dtype.element_ty),
+                    mask=row_ok_o[:, None],
+                )
+            else:
+                lse = gl.where(l_i > 0, m_i + gl.log2(gl.where(l_i > 0, l_i, 1.0)), float("-inf"))
+                if SKIP_EMPTY:
+                    # a non-finite query's row keeps a finite weight (kernel.py says why)
+                    lse = gl.where(gl.convert_layout(q_bad, ROW), 0.0, lse)
+                slot = (q_row * NUM_Q_HEADS + head) * NUM_SPLITS + split
+                slot_o = (q_row_o * NUM_Q_HEADS + head_o) * NUM_SPLITS + split
+                # in the accumulator's column order (merge_kernel's VALUE_COLUMNS): pairs of
+                # neighbouring columns leave in one vector store
+                gl.store(
+                    Partial + slot_o[:, None] * D + dcol[None, :],
+                    o.to(Partial.dtype.element_ty),
+                    mask=row_ok_o[:, None],
+                )
+                gl.store(Lse + slot, lse, mask=row_ok)

@@ -139,6 +139,7 @@ def compile_gluon(
     balance: bool = False,
     wgmma: bool = False,
     bf16_partials: bool = False,
+    skip_empty: bool = False,
 ) -> Any:
     """The kernel compiled without a GPU for an NVIDIA target ``sm`` (default 90: H100/H200), as
     the launcher specialises it (group a power of two; 2 kv heads, 16-token blocks) and
@@ -146,7 +147,8 @@ def compile_gluon(
     a register cap per thread, as ``max_registers`` passes it (0: none); ``balance``: kv
     splits sized from the batch's lengths (``BALANCE``, ``AttentionConfig.split_budget``);
     ``wgmma``: Hopper's warpgroup products (``WGMMA``; 64 rows, one buffer);
-    ``bf16_partials``: bf16 partial outputs (``AttentionConfig.bf16_partials``).
+    ``bf16_partials``: bf16 partial outputs (``AttentionConfig.bf16_partials``);
+    ``skip_empty``: empty kv splits skipped (``SKIP_EMPTY``, ``AttentionConfig.skip_empty``).
     Not under ``TRITON_INTERPRET=1``, where Gluon functions cannot compile."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -170,6 +172,7 @@ def compile_gluon(
         BUFFERS=buffers,
         BALANCE=balance,
         WGMMA=wgmma,
+        SKIP_EMPTY=skip_empty,
     )
     partial = "*bf16" if bf16_partials else "*fp32"
     types = {"Q": "*bf16", "Cache": "*u8", "Out": "*bf16", "Partial": partial, "Lse": "*fp32", "Centroids": "*fp32"}

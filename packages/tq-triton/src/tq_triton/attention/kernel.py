@@ -82,6 +82,7 @@ def attention_kernel(
     KEY_LUT: tl.constexpr = 0,
     VALUE_WORDS: tl.constexpr = False,
     BALANCE: tl.constexpr = False,
+    SKIP_EMPTY: tl.constexpr = False,
 ):
     """``PREFETCH``: issue each tile's loads one iteration ahead of its decoding (and its
     block ids two ahead), by hand; the loop then carries no ``num_stages`` of its own
@@ -93,7 +94,9 @@ def attention_kernel(
     ``VALUE_WORDS``: 4-bit value codes decoded two per 32-bit operation; the output's
     columns then go through ``value_words.value_columns``. ``BALANCE``: the kv splits are
     sized from the batch's lengths for about ``split_programs`` programs
-    (``bounds.balanced_chunk``); otherwise each request's sequence is divided evenly."""
+    (``bounds.balanced_chunk``); otherwise each request's sequence is divided evenly.
+    ``SKIP_EMPTY`` (with kv splits): a split with no position for a query chunk writes only
+    its rows' log-sum-exp (-inf); ``merge_kernel`` must then be launched with it too."""
     r = tl.program_id(0)
     h = tl.program_id(1)
     split = tl.program_id(2)
@@ -115,142 +118,154 @@ def attention_kernel(
     bt_row = BlockTable + r.to(tl.int64) * stride_bt
 
     for qc in range(0, q_len, BLOCK_Q):
-        row_tok = qc + m_idx // G_PAD
-        row_ok = (row_tok < q_len) & (g < G)
-        row_pos = seq_len - q_len + row_tok  # the last position each row may attend to
-        q_row = (q_start + row_tok).to(tl.int64)
-        q = tl.load(
-            Q + q_row[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :], mask=row_ok[:, None], other=0.0
-        ).to(tl.float32)
-        # a NaN or ±inf query element makes its row NaN, as in tq_core. The scores alone do
-        # not always: -inf times keys whose element has one sign makes every score -inf,
-        # and that row would come out as 0
-        q_bad = tl.sum(((q != q) | (tl.abs(q) == float("inf"))).to(tl.int32), axis=1) > 0
-        # The fp16 product sees the query times q_mul = scale * log2(e) / q_scale; the
-        # scores are multiplied back by q_scale (a power of two chosen by the launcher, see
-        # launch.query_scaling) where they enter the exponent. The cast rounds toward zero,
-        # so finite elements beyond fp16's range saturate at ±65504 (IEEE 754 overflow
-        # under that rounding); NaN and ±inf pass, so that only their own row is NaN.
-        if KEY_FP8:
-            q = q * q_mul
+        # SKIP_EMPTY: a kv split that holds no position this query chunk may see (a short
+        # request's surplus splits) only marks its rows empty (log-sum-exp -inf), and
+        # merge_kernel skips their partial outputs, which are not written
+        if SKIP_EMPTY and kv_lo >= tl.minimum(kv_hi, seq_len - q_len + tl.minimum(qc + BLOCK_Q, q_len)):
+            e_tok = qc + m_idx // G_PAD
+            e_slot = ((q_start + e_tok).to(tl.int64) * NUM_Q_HEADS + head) * NUM_SPLITS + split
+            tl.store(Lse + e_slot, tl.full((BLOCK_M,), float("-inf"), tl.float32), mask=(e_tok < q_len) & (g < G))
         else:
-            q = fwht_rows(q, BLOCK_M, D, LOG2_D) * (q_mul / tl.sqrt(D * 1.0))
-        if SATURATE_QUERY:
-            # the same saturation by hand, where the cast is not known to saturate
-            q_sat = tl.minimum(tl.maximum(q, -65504.0), 65504.0)
-            q = tl.where(tl.abs(q) < float("inf"), q_sat, q)
-        q16 = q.to(tl.float16, fp_downcast_rounding="rtz")
+            row_tok = qc + m_idx // G_PAD
+            row_ok = (row_tok < q_len) & (g < G)
+            row_pos = seq_len - q_len + row_tok  # the last position each row may attend to
+            q_row = (q_start + row_tok).to(tl.int64)
+            q = tl.load(
+                Q + q_row[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :], mask=row_ok[:, None], other=0.0
+            ).to(tl.float32)
+            # a NaN or ±inf query element makes its row NaN, as in tq_core. The scores alone do
+            # not always: -inf times keys whose element has one sign makes every score -inf,
+            # and that row would come out as 0
+            q_bad = tl.sum(((q != q) | (tl.abs(q) == float("inf"))).to(tl.int32), axis=1) > 0
+            # The fp16 product sees the query times q_mul = scale * log2(e) / q_scale; the
+            # scores are multiplied back by q_scale (a power of two chosen by the launcher, see
+            # launch.query_scaling) where they enter the exponent. The cast rounds toward zero,
+            # so finite elements beyond fp16's range saturate at ±65504 (IEEE 754 overflow
+            # under that rounding); NaN and ±inf pass, so that only their own row is NaN.
+            if KEY_FP8:
+                q = q * q_mul
+            else:
+                q = fwht_rows(q, BLOCK_M, D, LOG2_D) * (q_mul / tl.sqrt(D * 1.0))
+            if SATURATE_QUERY:
+                # the same saturation by hand, where the cast is not known to saturate
+                q_sat = tl.minimum(tl.maximum(q, -65504.0), 65504.0)
+                q = tl.where(tl.abs(q) < float("inf"), q_sat, q)
+            q16 = q.to(tl.float16, fp_downcast_rounding="rtz")
 
-        m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
-        l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        acc = tl.zeros((BLOCK_M, D), dtype=tl.float32)
-        r_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        f_i = tl.full((), 1.0, dtype=tl.float32)
-        # rows of this query chunk see nothing past the chunk's last position
-        hi = tl.minimum(kv_hi, seq_len - q_len + tl.minimum(qc + BLOCK_Q, q_len))
+            m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+            l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            acc = tl.zeros((BLOCK_M, D), dtype=tl.float32)
+            r_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
+            f_i = tl.full((), 1.0, dtype=tl.float32)
+            # rows of this query chunk see nothing past the chunk's last position
+            hi = tl.minimum(kv_hi, seq_len - q_len + tl.minimum(qc + BLOCK_Q, q_len))
 
-        if PREFETCH:
-            # the first tile's bytes and the second tile's block ids are in flight before the loop
-            blk = tile_block_ids(bt_row, stride_bc, kv_lo, hi, last_block, BLOCK_KV, BLOCK_SIZE)
-            tile = load_tile(
-                head_base,
-                blk,
-                kv_lo,
-                hi,
-                stride_blk,
-                BLOCK_KV=BLOCK_KV,
-                D=D,
-                BLOCK_SIZE=BLOCK_SIZE,
-                KEY_OFF=KEY_OFF,
-                KEY_BYTES=KEY_BYTES,
-                NORM_OFF=NORM_OFF,
-                VAL_OFF=VAL_OFF,
-                VAL_BYTES=VAL_BYTES,
-                SCALE_OFF=SCALE_OFF,
-                ZERO_OFF=ZERO_OFF,
-                KEY_FP8=KEY_FP8,
-                KBITS=KBITS,
-                VBITS=VBITS,
-            )
-            blk = tile_block_ids(bt_row, stride_bc, kv_lo + BLOCK_KV, hi, last_block, BLOCK_KV, BLOCK_SIZE)
-        for start in tl.range(kv_lo, hi, BLOCK_KV, num_stages=LOOP_STAGES):
-            # the mode decides which tile this iteration issues the loads of: the next one
-            # (decoded while they are in flight) or this one
             if PREFETCH:
-                current = tile
-                ahead = start + BLOCK_KV
-            else:
-                blk = tile_block_ids(bt_row, stride_bc, start, hi, last_block, BLOCK_KV, BLOCK_SIZE)
-                ahead = start
-            tile = load_tile(
-                head_base,
-                blk,
-                ahead,
-                hi,
-                stride_blk,
-                BLOCK_KV=BLOCK_KV,
-                D=D,
-                BLOCK_SIZE=BLOCK_SIZE,
-                KEY_OFF=KEY_OFF,
-                KEY_BYTES=KEY_BYTES,
-                NORM_OFF=NORM_OFF,
-                VAL_OFF=VAL_OFF,
-                VAL_BYTES=VAL_BYTES,
-                SCALE_OFF=SCALE_OFF,
-                ZERO_OFF=ZERO_OFF,
-                KEY_FP8=KEY_FP8,
-                KBITS=KBITS,
-                VBITS=VBITS,
-            )
-            if PREFETCH:
-                blk = tile_block_ids(bt_row, stride_bc, start + 2 * BLOCK_KV, hi, last_block, BLOCK_KV, BLOCK_SIZE)
-            else:
-                current = tile
-            m_i, l_i, acc, r_i, f_i = attend_tile(
-                q16,
-                q_scale,
-                m_i,
-                l_i,
-                acc,
-                r_i,
-                f_i,
-                row_ok,
-                row_pos,
-                start,
-                hi,
-                current,
-                Centroids,
-                BLOCK_KV=BLOCK_KV,
-                D=D,
-                KEY_FP8=KEY_FP8,
-                KBITS=KBITS,
-                VBITS=VBITS,
-                NORM_CORRECTION=NORM_CORRECTION,
-                VALUE_ACC=VALUE_ACC,
-                KEY_LUT=KEY_LUT,
-                VALUE_WORDS=VALUE_WORDS,
-            )
+                # the first tile's bytes and the second tile's block ids are in flight before the loop
+                blk = tile_block_ids(bt_row, stride_bc, kv_lo, hi, last_block, BLOCK_KV, BLOCK_SIZE)
+                tile = load_tile(
+                    head_base,
+                    blk,
+                    kv_lo,
+                    hi,
+                    stride_blk,
+                    BLOCK_KV=BLOCK_KV,
+                    D=D,
+                    BLOCK_SIZE=BLOCK_SIZE,
+                    KEY_OFF=KEY_OFF,
+                    KEY_BYTES=KEY_BYTES,
+                    NORM_OFF=NORM_OFF,
+                    VAL_OFF=VAL_OFF,
+                    VAL_BYTES=VAL_BYTES,
+                    SCALE_OFF=SCALE_OFF,
+                    ZERO_OFF=ZERO_OFF,
+                    KEY_FP8=KEY_FP8,
+                    KBITS=KBITS,
+                    VBITS=VBITS,
+                )
+                blk = tile_block_ids(bt_row, stride_bc, kv_lo + BLOCK_KV, hi, last_block, BLOCK_KV, BLOCK_SIZE)
+            for start in tl.range(kv_lo, hi, BLOCK_KV, num_stages=LOOP_STAGES):
+                # the mode decides which tile this iteration issues the loads of: the next one
+                # (decoded while they are in flight) or this one
+                if PREFETCH:
+                    current = tile
+                    ahead = start + BLOCK_KV
+                else:
+                    blk = tile_block_ids(bt_row, stride_bc, start, hi, last_block, BLOCK_KV, BLOCK_SIZE)
+                    ahead = start
+                tile = load_tile(
+                    head_base,
+                    blk,
+                    ahead,
+                    hi,
+                    stride_blk,
+                    BLOCK_KV=BLOCK_KV,
+                    D=D,
+                    BLOCK_SIZE=BLOCK_SIZE,
+                    KEY_OFF=KEY_OFF,
+                    KEY_BYTES=KEY_BYTES,
+                    NORM_OFF=NORM_OFF,
+                    VAL_OFF=VAL_OFF,
+                    VAL_BYTES=VAL_BYTES,
+                    SCALE_OFF=SCALE_OFF,
+                    ZERO_OFF=ZERO_OFF,
+                    KEY_FP8=KEY_FP8,
+                    KBITS=KBITS,
+                    VBITS=VBITS,
+                )
+                if PREFETCH:
+                    blk = tile_block_ids(bt_row, stride_bc, start + 2 * BLOCK_KV, hi, last_block, BLOCK_KV, BLOCK_SIZE)
+                else:
+                    current = tile
+                m_i, l_i, acc, r_i, f_i = attend_tile(
+                    q16,
+                    q_scale,
+                    m_i,
+                    l_i,
+                    acc,
+                    r_i,
+                    f_i,
+                    row_ok,
+                    row_pos,
+                    start,
+                    hi,
+                    current,
+                    Centroids,
+                    BLOCK_KV=BLOCK_KV,
+                    D=D,
+                    KEY_FP8=KEY_FP8,
+                    KBITS=KBITS,
+                    VBITS=VBITS,
+                    NORM_CORRECTION=NORM_CORRECTION,
+                    VALUE_ACC=VALUE_ACC,
+                    KEY_LUT=KEY_LUT,
+                    VALUE_WORDS=VALUE_WORDS,
+                )
 
-        # (a NaN divisor makes a non-finite query's row NaN)
-        denom = tl.where(q_bad, float("nan"), tl.where(l_i > 0, l_i, 1.0))
-        o = (acc * f_i + r_i[:, None]) / denom[:, None]
-        if NUM_SPLITS == 1:
-            if VALUE_WORDS:
-                dv = value_columns(d)
+            # (a NaN divisor makes a non-finite query's row NaN)
+            denom = tl.where(q_bad, float("nan"), tl.where(l_i > 0, l_i, 1.0))
+            o = (acc * f_i + r_i[:, None]) / denom[:, None]
+            if NUM_SPLITS == 1:
+                if VALUE_WORDS:
+                    dv = value_columns(d)
+                else:
+                    dv = d
+                tl.store(
+                    Out + q_row[:, None] * stride_ot + head[:, None] * stride_oh + dv[None, :],
+                    o.to(Out.dtype.element_ty),
+                    mask=row_ok[:, None],
+                )
             else:
-                dv = d
-            tl.store(
-                Out + q_row[:, None] * stride_ot + head[:, None] * stride_oh + dv[None, :],
-                o.to(Out.dtype.element_ty),
-                mask=row_ok[:, None],
-            )
-        else:
-            # in the accumulator's column order: merge_kernel's VALUE_COLUMNS puts them in place
-            lse = tl.where(l_i > 0, m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0)), float("-inf"))
-            slot = (q_row * NUM_Q_HEADS + head) * NUM_SPLITS + split
-            # float32, or bf16 (AttentionConfig.bf16_partials)
-            tl.store(Partial + slot[:, None] * D + d[None, :], o.to(Partial.dtype.element_ty), mask=row_ok[:, None])
-            tl.store(Lse + slot, lse, mask=row_ok)
+                # in the accumulator's column order: merge_kernel's VALUE_COLUMNS puts them in place
+                lse = tl.where(l_i > 0, m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0)), float("-inf"))
+                if SKIP_EMPTY:
+                    # a non-finite query's row keeps a finite weight, so that its NaN partial
+                    # output reaches the merge even where every score is -inf (l = 0)
+                    lse = tl.where(q_bad, 0.0, lse)
+                slot = (q_row * NUM_Q_HEADS + head) * NUM_SPLITS + split
+                # float32, or bf16 (AttentionConfig.bf16_partials)
+                tl.store(Partial + slot[:, None] * D + d[None, :], o.to(Partial.dtype.element_ty), mask=row_ok[:, None])
+                tl.store(Lse + slot, lse, mask=row_ok)
 
 
 # the merge kernel's warps: one warp per program keeps the sum over splits inside a warp
@@ -274,6 +289,7 @@ def merge_kernel(
     SPLITS_PAD: tl.constexpr,
     D: tl.constexpr,
     VALUE_COLUMNS: tl.constexpr = False,
+    SKIP_EMPTY: tl.constexpr = False,
 ):
     """Each output row from its splits' partial outputs, weighted by their log-sum-exp.
     One program per (query row, q head) of the query: a row from ``query_start_loc[num_reqs]``
@@ -282,7 +298,8 @@ def merge_kernel(
     for ``query_start_loc``. ``VALUE_COLUMNS``: the partial outputs' column ``c`` holds
     head_dim index ``value_words.value_columns(c)`` (the attention kernels store their
     accumulator's columns as they are, so that each thread's neighbouring columns leave in
-    one vector store)."""
+    one vector store). ``SKIP_EMPTY``: a split whose log-sum-exp is -inf wrote no partial
+    output (the attention kernels' ``SKIP_EMPTY``), so it is not read."""
     t = tl.program_id(0).to(tl.int64)
     hq = tl.program_id(1)
     total = tl.load(QueryStart + num_reqs * stride_qs).to(tl.int64)
@@ -294,7 +311,10 @@ def merge_kernel(
     top = tl.where(top == float("-inf"), 0.0, top)
     w = tl.exp2(lse - top)
     d = tl.arange(0, D)
-    part = tl.load(Partial + slot[:, None] * D + d[None, :], mask=s_ok[:, None], other=0.0).to(tl.float32)
+    live = s_ok
+    if SKIP_EMPTY:
+        live = s_ok & (lse != float("-inf"))
+    part = tl.load(Partial + slot[:, None] * D + d[None, :], mask=live[:, None], other=0.0).to(tl.float32)
     den = tl.sum(w, axis=0)
     o = tl.sum(w[:, None] * part, axis=0) / tl.where(den > 0, den, 1.0)
     if VALUE_COLUMNS:

@@ -212,6 +212,7 @@ def attention(
             D=d,
             # both kernels keep 4-bit values' columns in value_words order
             VALUE_COLUMNS=use_gluon or constexprs["VALUE_WORDS"],
+            SKIP_EMPTY=constexprs["SKIP_EMPTY"],
             num_warps=MERGE_WARPS,
         )
     return out
@@ -246,6 +247,7 @@ def kernel_constexprs(
         NORM_CORRECTION=preset.norm_correction,
         PREFETCH=cfg.prefetch,
         BALANCE=bool(cfg.split_budget) and splits > 1,
+        SKIP_EMPTY=bool(cfg.skip_empty) and splits > 1,
         # the prefetch mode stages loads by hand: its loop carries no num_stages
         LOOP_STAGES=None if cfg.prefetch else cfg.num_stages,
         VALUE_ACC=cfg.value_acc,

@@ -140,9 +140,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--split-budget",
         type=int_list(0),
         default=str(AttentionConfig.split_budget),
-        help="comma list of split budgets; N > 0: kv splits of one size for the whole batch, sized on the device "
-        "from its lengths for about N programs per multiprocessor (the split count is then an upper bound); "
-        f"0: each request's sequence divided evenly (default {AttentionConfig.split_budget})",
+        help="comma list of split budgets; N > 0: kv splits sized on the device from the batch's lengths for "
+        "about N programs per multiprocessor, each request's tiles dealt out evenly over the splits it needs (the "
+        f"split count is then an upper bound); 0: each request's sequence divided evenly (default "
+        f"{AttentionConfig.split_budget})",
+    )
+    p.add_argument(
+        "--skip-empty",
+        type=int_list(0, choices=(0, 1)),
+        default=str(AttentionConfig.skip_empty),
+        help="comma list of 0/1; 1: a kv split with no position for its query rows skips its work and writes only "
+        f"-inf log-sum-exps, which the merge skips (default {AttentionConfig.skip_empty})",
     )
     p.add_argument(
         "--seq-len", type=positive_int, default=None, help="override the shapes' sequence length (default 32768)"
@@ -175,11 +183,12 @@ def attention_grid(
     min_rows: list[int] | None = None,
     gluon: list[int] | None = None,
     split_budget: list[int] | None = None,
+    skip_empty: list[int] | None = None,
 ) -> list[AttentionConfig]:
     """Every combination to time; `modes` are (prefetch, stages). Waves only vary where the
     split count is chosen from the grid (splits 0); fixed split counts are timed once.
-    `value_acc`, `key_lut`, `value_words`, `min_rows`, `gluon`, `split_budget`: None keeps
-    AttentionConfig's default."""
+    `value_acc`, `key_lut`, `value_words`, `min_rows`, `gluon`, `split_budget`, `skip_empty`:
+    None keeps AttentionConfig's default."""
     return [
         AttentionConfig(
             block_kv=bkv,
@@ -195,6 +204,7 @@ def attention_grid(
             min_rows=mr,
             gluon=gk,
             split_budget=sb,
+            skip_empty=se,
         )
         for bkv, w, (pf, st), sp, reg in itertools.product(block_kv, warps, modes, splits, max_registers)
         for wv in (waves if sp == 0 else [AttentionConfig.waves])
@@ -204,6 +214,7 @@ def attention_grid(
         for mr in (min_rows or [AttentionConfig.min_rows])
         for gk in (gluon or [AttentionConfig.gluon])
         for sb in (split_budget or [AttentionConfig.split_budget])
+        for se in (skip_empty or [AttentionConfig.skip_empty])
     ]
 
 
@@ -222,6 +233,7 @@ def table_entry(cfg: AttentionConfig, ms: float) -> dict[str, int | float]:
         "min_rows",
         "gluon",
         "split_budget",
+        "skip_empty",
     ]
     if cfg.kv_splits == 0:
         keys.append("waves")
@@ -245,6 +257,7 @@ def run(args: argparse.Namespace) -> int:
         args.min_rows,
         args.gluon,
         args.split_budget,
+        args.skip_empty,
     )
     dev = gpu_device()
     name = device_key(dev)
