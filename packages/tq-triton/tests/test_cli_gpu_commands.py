@@ -104,3 +104,36 @@ def test_cli_without_gpu_process_has_no_traceback():
     assert r.returncode == 2
     assert r.stdout == ""
     assert r.stderr.splitlines() == [f"tq bench: {NO_GPU}"]
+
+
+def test_bench_gate_names_the_rows_slower_than_bf16():
+    """`tq bench`'s closing line: held only when every tq row with a bf16 peer beats it."""
+    from tq_triton.cli.bench import _ratios, bf16_gate, gate_line
+
+    def row(shape, preset, impl, ms):
+        return {"shape": shape, "preset": preset, "impl": impl, "ms": ms}
+
+    rows = [
+        row("poc", "bf16", "packed-rows", 0.030),
+        row("poc", "turboquant_k3v4_nc", "tq_triton", 0.036),
+        row("poc", "turboquant_k8v4", "tq_triton", 0.025),
+        row("poc", "turboquant_k8v4", "looped-per-token", 0.150),
+        row("decode-32k", "bf16", "sdpa", 0.95),
+        row("decode-32k", "turboquant_k8v4", "tq_triton", 0.95),  # a tie is not faster
+        row("store-1024k-tok", "turboquant_k8v4", "tq_triton", 2.1),  # no bf16 peer: not counted
+    ]
+    _ratios(rows)
+    gate = bf16_gate(rows)
+    assert gate["rows"] == 3 and not gate["held"]
+    assert [(m["shape"], m["preset"]) for m in gate["slower"]] == [
+        ("poc", "turboquant_k3v4_nc"),
+        ("decode-32k", "turboquant_k8v4"),
+    ]
+    assert gate_line(gate).endswith("missed by 2 of 3 rows: poc k3v4_nc 0.83x, decode-32k k8v4 1.00x")
+    faster = [r | {"ms": r["ms"] / 2} if r["impl"] == "tq_triton" else r for r in rows]
+    for r in faster:
+        r.pop("x_vs_bf16", None)
+    _ratios(faster)
+    assert bf16_gate(faster)["held"]
+    assert gate_line(bf16_gate(faster)).endswith("held, 3 of 3 rows")
+    assert "no tq row" in gate_line(bf16_gate([row("poc", "bf16", "sdpa", 1.0)]))

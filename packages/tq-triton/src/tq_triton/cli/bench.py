@@ -179,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_store:
         rows += _store_rows(presets, dev, bw)
     _print(rows, bw, dev)
+    gate = bf16_gate(rows)
+    print(gate_line(gate))
     meta = {
         "device": device_key(dev),
         "copy_bandwidth_gbs": bw,
@@ -188,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
         "triton": __import__("triton").__version__,
     }
     if args.json:
-        args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+        args.json.write_text(json.dumps({"meta": meta, "rows": rows, "gate": gate}, indent=1) + "\n")
     if args.plot:
         _plot(rows, bw, args.plot)
     return 0
@@ -221,6 +223,32 @@ def _ratios(rows: list[dict]) -> None:
                 continue
             key = "x_vs_bf16" if peer["preset"] == "bf16" else f"x_vs_{peer['impl']}"
             r[key] = peer["ms"] / r["ms"]
+
+
+def bf16_gate(rows: list[dict]) -> dict:
+    """Whether every tq_triton row is faster than the fastest bf16 kernel of its shape:
+    ``{"held": bool, "slower": [{"shape", "preset", "x_vs_bf16"}, ...], "rows": n}`` (rows
+    without a bf16 peer are not counted)."""
+    timed = [r for r in rows if r["impl"] == "tq_triton" and "x_vs_bf16" in r]
+    slower = [
+        {"shape": r["shape"], "preset": r["preset"], "x_vs_bf16": round(r["x_vs_bf16"], 3)}
+        for r in timed
+        if r["x_vs_bf16"] <= 1.0
+    ]
+    return {"held": bool(timed) and not slower, "slower": slower, "rows": len(timed)}
+
+
+def gate_line(gate: dict) -> str:
+    """One line for the end of the table: the gate's outcome, and the rows that miss it."""
+    what = "gate (tq faster than the fastest bf16 on every shape)"
+    if not gate["rows"]:
+        return f"{what}: no tq row has a bf16 peer"
+    if gate["held"]:
+        return f"{what}: held, {gate['rows']} of {gate['rows']} rows"
+    misses = ", ".join(
+        f"{m['shape']} {m['preset'].removeprefix('turboquant_')} {m['x_vs_bf16']:.2f}x" for m in gate["slower"]
+    )
+    return f"{what}: missed by {len(gate['slower'])} of {gate['rows']} rows: {misses}"
 
 
 def _store_rows(presets: list[str], dev: torch.device, bw: float) -> list[dict]:
