@@ -305,16 +305,17 @@ def test_falls_back_to_the_triton_kernel_elsewhere(gen, device, gluon_launches):
 @pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run only on an NVIDIA GPU")
 @needs_gluon
 @pytest.mark.parametrize("preset", GLUON_PRESETS)
-@pytest.mark.parametrize(("splits", "budget"), [(1, 0), (3, 0), (3, 8)])
+@pytest.mark.parametrize(("splits", "budget", "skip"), memory_safety.SPLIT_MODES)
 @pytest.mark.parametrize("case", list(memory_safety.CASES))
-def test_out_of_range_metadata(case, splits, budget, preset, gen, device, gluon_launches, monkeypatch):
+def test_out_of_range_metadata(case, splits, budget, skip, preset, gen, device, gluon_launches, monkeypatch):
     """test_memory_safety's metadata cases (bad block ids, lengths, query offsets; canaries
     around the cache and the output) on a batch of each preset the Gluon kernel takes, with
-    the kv splits divided evenly and sized from the batch (``budget``: split_budget)."""
+    the kv splits divided evenly and sized from the batch (``budget``: split_budget), and
+    with empty splits skipped (``skip``: skip_empty)."""
     if torch.device(device).type != "cuda":
         pytest.skip("cuda only")
     monkeypatch.setattr(memory_safety, "PRESET", preset)
-    memory_safety.test_out_of_range_metadata(case, splits, budget, gen, device, monkeypatch)
+    memory_safety.test_out_of_range_metadata(case, splits, budget, skip, gen, device, monkeypatch)
     assert gluon_launches, "the Gluon kernel did not run"
 
 

@@ -159,11 +159,16 @@ CASES = {
 }
 
 
-# split_budget 8: kv splits sized from the batch's (clamped) lengths (AttentionConfig.split_budget)
-@pytest.mark.parametrize(("splits", "budget"), [(1, 0), (3, 0), (3, 8)])
+# split_budget 8: kv splits sized from the batch's (clamped) lengths (AttentionConfig.split_budget);
+# skip "1": empty kv splits skipped (AttentionConfig.skip_empty)
+SPLIT_MODES = [(1, 0, "0"), (3, 0, "0"), (3, 8, "0"), (3, 0, "1"), (3, 8, "1")]
+
+
+@pytest.mark.parametrize(("splits", "budget", "skip"), SPLIT_MODES)
 @pytest.mark.parametrize("case", list(CASES))
-def test_out_of_range_metadata(case, splits, budget, gen, device, monkeypatch):
+def test_out_of_range_metadata(case, splits, budget, skip, gen, device, monkeypatch):
     monkeypatch.setenv("TQ_SPLIT_BUDGET", str(budget))
+    monkeypatch.setenv("TQ_SKIP_EMPTY", skip)
     what, index, value, valid, zero_rows, unwritten = CASES[case]
     b = batch(gen, device)
     bt, sl, qsl = b.block_table, b.seq_lens, b.query_start_loc
