@@ -168,30 +168,21 @@ def test_matches_reference(preset, head_dim, group, q_lens, splits, gen, device,
 @pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run only on an NVIDIA GPU")
 @needs_gluon
 @pytest.mark.parametrize("preset", GLUON_PRESETS)
-def test_bf16_partials(preset, gen, device, gluon_launches, monkeypatch):
-    """``bf16_partials``: the Gluon kernel's partial outputs in bf16, 32- and 64-row tiles."""
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        {"TQ_BF16_PARTIALS": "1"},  # partial outputs in bf16
+        {"TQ_SKIP_EMPTY": "1"},  # short requests' surplus kv splits skipped
+        {"TQ_SKIP_EMPTY": "1", "TQ_SPLIT_BUDGET": "4"},  # ... with splits sized from the batch
+    ],
+)
+def test_split_knobs(preset, knobs, gen, device, gluon_launches, monkeypatch):
+    """``bf16_partials`` and ``skip_empty`` (with and without ``split_budget``) in the Gluon
+    kernel, 32- and 64-row tiles."""
     if torch.device(device).type != "cuda":
         pytest.skip("cuda only")
-    monkeypatch.setenv("TQ_BF16_PARTIALS", "1")
-    for group in (4, 8):
-        b = make_batch(
-            gen, preset, [1, 300, 2049, 77], [1, 8, 3, 8], head_dim=128, num_kv_heads=2, group=group, device=device
-        )
-        assert_close(*run_triton(b, splits=7, max_query_len=8))
-    assert gluon_launches, "the Gluon kernel did not run"
-
-
-@pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run only on an NVIDIA GPU")
-@needs_gluon
-@pytest.mark.parametrize("preset", GLUON_PRESETS)
-@pytest.mark.parametrize("budget", ["0", "4"])
-def test_skip_empty(preset, budget, gen, device, gluon_launches, monkeypatch):
-    """``skip_empty``: short requests' surplus kv splits skipped, 32- and 64-row tiles, with
-    and without ``split_budget``."""
-    if torch.device(device).type != "cuda":
-        pytest.skip("cuda only")
-    monkeypatch.setenv("TQ_SKIP_EMPTY", "1")
-    monkeypatch.setenv("TQ_SPLIT_BUDGET", budget)
+    for name, value in knobs.items():
+        monkeypatch.setenv(name, value)
     for group in (4, 8):
         b = make_batch(
             gen, preset, [1, 300, 2049, 77], [1, 8, 3, 8], head_dim=128, num_kv_heads=2, group=group, device=device
