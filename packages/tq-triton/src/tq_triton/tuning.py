@@ -86,10 +86,10 @@ class AttentionConfig:
     bf16_partials: int = 0
     # experimental: 1 lets a kv split with no position for its query chunk (a request
     # shorter than the split count leaves some) skip the query, the tile loop and its
-    # partial output, writing only -inf log-sum-exps that the merge then skips. With the
-    # kernels' code in a branch it is off: on the H200 the Gluon kernel compiled that way
-    # was 17% slower at k8v4 verify-32k (docs/perf/h200.md), while with split_budget 4 it
-    # took 20% off the k3v4_nc ragged batch
+    # partial output, writing only -inf log-sum-exps that the merge then skips. Off: on the
+    # H200, compiled into every launch, the branch it adds made the Gluon kernel 17% slower
+    # at k8v4 verify-32k; with split_budget 4 it took about 20% off the k3v4_nc ragged
+    # batch (docs/perf/h200.md)
     skip_empty: int = 0
 
 

@@ -441,7 +441,9 @@ def gluon_attention_kernel(
 
     for qc in range(0, q_len, BLOCK_Q):
         # SKIP_EMPTY: a split with no position for this query chunk only marks its rows
-        # empty (kernel.py's attention_kernel says why)
+        # empty (kernel.py's attention_kernel says why). Its row indices are its own: the
+        # branch below computes them after the query's load, and moving them up here changes
+        # the code compiled without SKIP_EMPTY (static counts, Triton 3.6), which is timed
         if SKIP_EMPTY and kv_lo >= gl.minimum(kv_hi, seq_len - q_len + gl.minimum(qc + BLOCK_Q, q_len)):
             e_m = gl.arange(0, BLOCK_M, layout=ROW)
             e_tok = qc + e_m // G_PAD

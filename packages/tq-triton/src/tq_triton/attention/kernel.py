@@ -118,18 +118,17 @@ def attention_kernel(
     bt_row = BlockTable + r.to(tl.int64) * stride_bt
 
     for qc in range(0, q_len, BLOCK_Q):
+        row_tok = qc + m_idx // G_PAD
+        row_ok = (row_tok < q_len) & (g < G)
+        row_pos = seq_len - q_len + row_tok  # the last position each row may attend to
+        q_row = (q_start + row_tok).to(tl.int64)
         # SKIP_EMPTY: a kv split that holds no position this query chunk may see (a short
         # request's surplus splits) only marks its rows empty (log-sum-exp -inf), and
         # merge_kernel skips their partial outputs, which are not written
         if SKIP_EMPTY and kv_lo >= tl.minimum(kv_hi, seq_len - q_len + tl.minimum(qc + BLOCK_Q, q_len)):
-            e_tok = qc + m_idx // G_PAD
-            e_slot = ((q_start + e_tok).to(tl.int64) * NUM_Q_HEADS + head) * NUM_SPLITS + split
-            tl.store(Lse + e_slot, tl.full((BLOCK_M,), float("-inf"), tl.float32), mask=(e_tok < q_len) & (g < G))
+            slot = (q_row * NUM_Q_HEADS + head) * NUM_SPLITS + split
+            tl.store(Lse + slot, tl.full((BLOCK_M,), float("-inf"), tl.float32), mask=row_ok)
         else:
-            row_tok = qc + m_idx // G_PAD
-            row_ok = (row_tok < q_len) & (g < G)
-            row_pos = seq_len - q_len + row_tok  # the last position each row may attend to
-            q_row = (q_start + row_tok).to(tl.int64)
             q = tl.load(
                 Q + q_row[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :], mask=row_ok[:, None], other=0.0
             ).to(tl.float32)
