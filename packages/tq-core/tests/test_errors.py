@@ -322,6 +322,12 @@ T = torch.tensor
         ({"scale": "0.125"}, RangeError, "scale"),
         ({"scale": None}, RangeError, "scale"),
         ({"scale": torch.tensor(0.125)}, RangeError, "scale"),
+        # issue 29: finite in float64, but inf or 0 in float32, where every backend computes
+        ({"scale": 1e300}, RangeError, "scale=1e[+]300"),
+        ({"scale": 3.5e38}, RangeError, "scale=3.5e[+]38"),
+        ({"scale": 1e-50}, RangeError, "scale=1e-50"),
+        # issue 29: 0 kv heads was a ZeroDivisionError (the GQA check divided first)
+        ({"kv_cache": _cache(nb=3, h=0)}, ShapeError, "kv_cache: has 0 kv heads"),
         ({"out": torch.zeros(3, 4, D + 1)}, ShapeError, "out"),
         ({"out": torch.zeros(2, 4, D)}, ShapeError, "out"),
         ({"out": torch.zeros(3, 4, D, dtype=torch.int32)}, DtypeError, "out"),
@@ -345,6 +351,36 @@ T = torch.tensor
 def test_attention_checks(over, exc, match):
     with raises(exc, match):
         attention(**_attn_args(**over))
+
+
+def test_attention_and_store_on_meta_tensors_raise_device_error():
+    # issue 29: every tensor on the meta device (no data): attention raised
+    # NotImplementedError, store RuntimeError
+    args = _attn_args()
+    for name in ("query", "kv_cache", "block_table", "seq_lens", "query_start_loc"):
+        args[name] = args[name].to(META)
+    with raises(DeviceError, "query: is a meta tensor"):
+        attention(**args)
+    k, v = _kv()
+    with raises(DeviceError, "key: is a meta tensor"):
+        store(k.to(META), v.to(META), _cache().to(META), torch.tensor([0, 1], device=META), NAME)
+    with raises(DeviceError, "kv_cache: is a meta tensor"):
+        tq_core.gather_kv(_cache().to(META), torch.tensor([0], device=META), 1, NAME)
+
+
+@pytest.mark.parametrize("bad,match", [(-1, "block id -1"), (2, "block id 2"), (99, "block id 99")])
+def test_gather_kv_checks_the_block_ids_it_reads(bad, match, gen):
+    # issue 29: -1 silently read the last block, an id past the end raised a bare IndexError
+    cache = _cache(nb=2)
+    kv = torch.randn(32, 1, D, generator=gen)
+    store(kv, kv, cache, torch.arange(32), NAME)
+    with raises(RangeError, f"block_row: {match} is outside the cache's 2 blocks"):
+        tq_core.gather_kv(cache, torch.tensor([0, bad], dtype=torch.int32), 20, NAME)
+    # entries past the ones read are not looked at; the keys read are those of block 0
+    k, _ = tq_core.gather_kv(cache, torch.tensor([0, bad], dtype=torch.int32), 16, NAME)
+    k0, _ = tq_core.gather_kv(cache, torch.tensor([0], dtype=torch.int32), 16, NAME)
+    assert torch.equal(k, k0)
+    assert tq_core.gather_kv(cache, torch.tensor([bad], dtype=torch.int32), 0, NAME)[0].shape == (0, 1, D)
 
 
 def test_attention_ignores_unused_block_table_entries(gen):

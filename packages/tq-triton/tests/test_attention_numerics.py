@@ -12,7 +12,8 @@ from tqt_helpers import TOL, make_batch
 
 import tq_core
 import tq_triton
-from tq_core.testing import assert_attention_close
+from tq_core.paged import block_fields
+from tq_core.testing import assert_attention_close, dense_attention
 
 SEQ_LENS = [40, 9]
 Q_LENS = [1, 2]
@@ -168,3 +169,74 @@ def test_minus_inf_query_element_over_keys_of_one_sign_is_nan(splits, skip, gen,
     others = torch.ones(out.shape[:2], dtype=torch.bool, device=out.device)
     others[row, head] = False
     assert_attention_close(out[others].float(), ref[others], tol=TOL, what="the other rows")
+
+
+# ------------------------------------------------------------------ issue 29: overflow and NaN
+
+
+def dominant_constant_key(b):
+    """``b`` with the key at :data:`DOMINANT` of every request and kv head stored as 1.5 in
+    every element: against a constant query its score is several times any other key's, and
+    with 1e37 per query element tq_core's float32 scores stay finite."""
+    key = b.key.clone()
+    starts = [0, *torch.tensor(SEQ_LENS).cumsum(0).tolist()[:-1]]
+    for t0 in starts:
+        key[t0 + DOMINANT] = 1.5
+    dev = b.kv_cache.device
+    tq_core.store(key.to(dev), b.value.to(dev), b.kv_cache, b.slot_mapping, b.preset)
+    return b
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("preset", ["turboquant_k3v4_nc", "turboquant_k8v4"])
+def test_query_of_1e37_per_element_does_not_overflow_the_rotation(preset, splits, gen, device):
+    """Every element 1e37 (finite in float32), head_dim 64, scale 1/8: the unnormalised
+    rotation summed 64 such elements to inf before it scaled them (NaN output). Scaled
+    first, the rotated query is one element that saturates in the fp16 product; its
+    direction is kept, so the result is float64 attention's over the decoded cache. Each
+    request's key at :data:`DOMINANT` is a constant vector, so that its score exceeds the
+    others' by far (no near tie for fp16 rounding to break)."""
+    b = dominant_constant_key(batch(gen, preset, device))
+    query = torch.full(b.query.shape, 1e37, dtype=torch.float32, device=device)
+    _, bt, sl, qsl = b.args()[1:5]
+    out = tq_triton.attention(query, b.kv_cache, bt, sl, qsl, b.preset, 0.125, num_kv_splits=splits)
+    assert bool(out.isfinite().all()), "tq_triton gave non-finite values for a finite query"
+    k, v = b.decoded_kv()
+    want = dense_attention(query, k, v, SEQ_LENS, Q_LENS, 0.125)
+    assert_attention_close(out.float().cpu(), want.float(), tol=TOL, what=f"query 1e37, {splits} splits")
+
+
+@pytest.mark.parametrize("field", ["norm", "scale"])
+@pytest.mark.parametrize("skip", ["0", "1"])
+def test_nan_bytes_in_a_used_cache_slot_give_nan(field, skip, gen, device, monkeypatch):
+    """0xFFFF (an fp16 NaN) as the key norm or value scale of a position that request 0's
+    row attends to: that row is NaN for both q heads of the kv head, never a plausible
+    number, also where the merge skips splits it takes for empty (``skip_empty``: a NaN
+    sum failed ``l > 0`` and the split was dropped). Request 1 is untouched."""
+    monkeypatch.setenv("TQ_SKIP_EMPTY", skip)
+    b = batch(gen, "turboquant_k3v4_nc", device)
+    _, bt, sl, qsl = b.args()[1:5]
+    clean = tq_triton.attention(b.query, b.kv_cache, bt, sl, qsl, b.preset, b.scale, num_kv_splits=3)
+    pos, kv_head = 5, 1  # in request 0's first split; its one query row (position 39) sees it
+    lay = b.preset.block_layout(64, b.kv_cache.shape[1], b.kv_cache.shape[2])
+    view = getattr(block_fields(b.kv_cache, lay), field)
+    view[int(bt[0, pos // 16]), kv_head, pos % 16] = 0xFF
+    out = tq_triton.attention(b.query, b.kv_cache, bt, sl, qsl, b.preset, b.scale, num_kv_splits=3)
+    heads = slice(kv_head * GROUP, (kv_head + 1) * GROUP)
+    assert bool(out[0, heads].isnan().all()), f"a NaN {field} read by the row must make it NaN"
+    assert torch.equal(out[1:], clean[1:]), "request 1 does not read the slot"
+    assert torch.equal(out[0, : kv_head * GROUP], clean[0, : kv_head * GROUP]), "the other kv head is untouched"
+
+
+def test_public_codebook_tensors_are_copies(gen, device):
+    """Writing into what ``device_tensors.codebook`` / ``lut_table`` return must not change
+    later results (they handed out the tensors the kernels read)."""
+    from tq_triton import device_tensors
+
+    b = batch(gen, "turboquant_k3v4_nc", device)
+    before = tq_triton.attention(*b.args())
+    for t in device_tensors.codebook(b.preset, 64, device):
+        t.fill_(0.5)
+    device_tensors.lut_table(b.preset, 64, device).fill_(0)
+    after = tq_triton.attention(*b.args())
+    assert torch.equal(before, after)

@@ -47,8 +47,10 @@ def attention(
         # [L, Hk, d] -> [Hq, L, d]: q head j reads kv head j // group
         k = k.repeat_interleave(group, dim=1).transpose(0, 1)
         v = v.repeat_interleave(group, dim=1).transpose(0, 1)
-        q = query[q0:q1].float().transpose(0, 1)  # [Hq, q_len, d]
-        s = torch.matmul(q, k.transpose(1, 2)) * scale  # [Hq, q_len, L]
+        # scaled before the product sums it (docs/overview.md, "Non-finite inputs"): a finite
+        # query whose scores fit float32 cannot overflow on the way to them
+        q = query[q0:q1].float().transpose(0, 1) * scale  # [Hq, q_len, d]
+        s = torch.matmul(q, k.transpose(1, 2))  # [Hq, q_len, L]
         qpos = seq_len - q_len + torch.arange(q_len, device=query.device)
         s = s.masked_fill(pos[None, :] > qpos[:, None], float("-inf"))
         o = torch.matmul(torch.softmax(s, dim=-1), v)  # [Hq, q_len, d]

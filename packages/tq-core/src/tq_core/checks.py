@@ -22,6 +22,9 @@ from .presets import SUPPORTED_HEAD_DIMS, Preset, get_preset
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 INDEX_DTYPES = (torch.int32, torch.int64)
+# every backend computes in float32: a scale must be a positive number float32 holds
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+FLOAT32_TINY = float(torch.finfo(torch.float32).smallest_normal) * 2.0**-23  # the smallest subnormal
 
 
 def debug_enabled() -> bool:
@@ -48,6 +51,29 @@ def check_tensor(
     if device is not None and t.device != device:
         raise DeviceError(f"{name}: is on {t.device}, expected {device} (all tensors on one device)")
     return t
+
+
+def check_has_storage(t: torch.Tensor, name: str) -> None:
+    """Raise :class:`DeviceError` for a meta tensor (a shape without data): no op can read it."""
+    if t.device.type == "meta":
+        raise DeviceError(f"{name}: is a meta tensor (a shape without data); expected a tensor on a real device")
+
+
+def check_scale(scale: object) -> float:
+    """``scale`` as a float: a positive number, finite and non-zero in float32, where every
+    backend multiplies by it (``1e300`` would be inf there, ``1e-50`` zero). Raises
+    :class:`RangeError` naming it otherwise."""
+    if (
+        isinstance(scale, bool)
+        or not isinstance(scale, (int, float))
+        or not math.isfinite(scale)
+        or not FLOAT32_TINY <= scale <= FLOAT32_MAX
+    ):
+        raise RangeError(
+            f"scale={scale!r}: expected a finite positive float within float32's range "
+            f"({FLOAT32_TINY:.3g} to {FLOAT32_MAX:.4g})"
+        )
+    return float(scale)
 
 
 def block_is_contiguous(kv: torch.Tensor) -> bool:
@@ -84,7 +110,10 @@ def check_cache(
 ) -> BlockLayout:
     """Validate a paged cache tensor and return its :class:`BlockLayout`."""
     kv = check_tensor(kv_cache, "kv_cache", ndim=4, dtypes=(torch.uint8,), device=device)
+    check_has_storage(kv, "kv_cache")
     nb, bs, h, s = kv.shape
+    if h < 1:
+        raise ShapeError(f"kv_cache: has {h} kv heads (dim 2), expected at least 1")
     if head_dim is None:
         head_dim = head_dim_for_slot(preset, s)
     expected = preset.layout(head_dim).slot_size_aligned
@@ -122,6 +151,7 @@ def _check_floating_pair(key: torch.Tensor, value: torch.Tensor) -> None:
 def check_encode_args(key: object, value: object, preset: str | Preset) -> Preset:
     p = get_preset(preset)
     _check_floating_pair(key, value)  # type: ignore[arg-type]
+    check_has_storage(key, "key")  # type: ignore[arg-type]
     p.check_head_dim(key.shape[-1], "key.shape[-1] (head_dim)")  # type: ignore[union-attr]
     return p
 
@@ -186,13 +216,14 @@ def check_attention_args(
     p = get_preset(preset)
     q = check_tensor(query, "query", ndim=3, dtypes=FLOAT_DTYPES)
     dev = q.device
+    check_has_storage(q, "query")
     nq, hq, d = q.shape
     p.check_head_dim(d, "query.shape[-1] (head_dim)")
     kv = check_tensor(kv_cache, "kv_cache", ndim=4, dtypes=(torch.uint8,), device=dev)
     hk = kv.shape[2]
+    lay = check_cache(kv, p, d, hk, device=dev)  # first: it rejects a cache of 0 kv heads
     if hq % hk:
         raise ShapeError(f"query: {hq} heads is not a multiple of kv_cache's {hk} kv heads (GQA)")
-    lay = check_cache(kv, p, d, hk, device=dev)
     bt = check_tensor(block_table, "block_table", ndim=2, dtypes=INDEX_DTYPES, device=dev)
     sl = check_tensor(seq_lens, "seq_lens", ndim=1, dtypes=INDEX_DTYPES, device=dev)
     qsl = check_tensor(query_start_loc, "query_start_loc", ndim=1, dtypes=INDEX_DTYPES, device=dev)
@@ -201,8 +232,7 @@ def check_attention_args(
         raise ShapeError(f"block_table: has {bt.shape[0]} rows, expected >= num_reqs={r} (len(seq_lens))")
     if qsl.shape[0] != r + 1:
         raise ShapeError(f"query_start_loc: has {qsl.shape[0]} entries, expected num_reqs + 1 = {r + 1}")
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
-        raise RangeError(f"scale={scale!r}: expected a finite positive float")
+    check_scale(scale)
     if max_q_len is not None and (not _is_int(max_q_len) or max_q_len < 1):
         raise RangeError(f"max_q_len={max_q_len!r}: expected None or a positive int")
     if out is not None:

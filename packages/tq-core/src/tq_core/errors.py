@@ -33,7 +33,8 @@ class LayoutError(TQError, ValueError):
 
 class RangeError(TQError, ValueError):
     """A value out of its range: metadata pointing outside the cache (slot, block id,
-    sequence or query length) or a non-positive attention scale."""
+    sequence or query length) or an attention scale that is not positive and finite in
+    float32."""
 
 
 class BackendUnavailableError(TQError, RuntimeError):

@@ -83,6 +83,7 @@ def gather_kv(
     preset: str | Preset,
     head_dim: int | None = None,
     rotated: bool = False,
+    check_values: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Decoded keys and values of one request's first ``length`` cached tokens.
 
@@ -90,7 +91,10 @@ def gather_kv(
     ``block_row[t // block_size]``). Returns float32 ``(key, value)``, each
     ``[length, num_kv_heads, head_dim]``: exactly what attention reads from the cache.
     ``rotated=True`` leaves Lloyd-Max keys in the Hadamard-rotated domain the kernels
-    score them in (fp8 keys are never rotated).
+    score them in (fp8 keys are never rotated). The block ids of the first
+    ``ceil(length / block_size)`` entries must lie in ``[0, num_blocks)``, else
+    :class:`RangeError`; that check reads the ids on the host (one synchronisation with
+    the cache's device), so callers on a hot path pass ``check_values=debug_enabled()``.
     """
     p = get_preset(preset)
     lay = check_cache(kv_cache, p, head_dim)
@@ -98,6 +102,13 @@ def gather_kv(
     bs = lay.block_size
     if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= row.shape[0] * bs:
         raise RangeError(f"length={length!r}: expected an int in 0..{row.shape[0] * bs} (block_row capacity)")
+    used = row[: -(-length // bs)]
+    if check_values and used.numel():
+        # block ids of the positions read (one host sync: this is the reference path)
+        lo, hi = (int(x) for x in torch.aminmax(used))
+        nb = kv_cache.shape[0]
+        if lo < 0 or hi >= nb:
+            raise RangeError(f"block_row: block id {lo if lo < 0 else hi} is outside the cache's {nb} blocks")
     pos = torch.arange(length, device=kv_cache.device)
     blocks = row.long()[pos // bs]
     return decode_fields(read_fields(block_fields(kv_cache, lay), blocks, pos % bs), p, lay.head_dim, rotated=rotated)

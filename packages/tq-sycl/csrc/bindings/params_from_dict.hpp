@@ -120,6 +120,9 @@ inline AttentionParams params_from_dict(const py::dict& a) {
   if (p.num_kv_heads < 1 || p.num_q_heads < p.num_kv_heads || p.num_q_heads % p.num_kv_heads != 0)
     throw py::value_error("attention args: num_q_heads must be a positive multiple of num_kv_heads");
   if (p.num_splits < 1 || p.rows_per_tile < 1) throw py::value_error("attention args: num_splits, rows_per_tile >= 1");
+  // the float the kernels multiply by (tq_core.checks.check_scale rejects these first)
+  if (!is_finite(p.scale) || !(p.scale > 0.f))
+    throw py::value_error("attention args: scale must be positive and finite in float32");
   if (!p.preset.key_fp8 && p.centroids == nullptr)
     throw py::value_error("attention args: Lloyd-Max presets need 'centroids'");
   if (p.num_reqs < 0 || p.num_q_tokens < 0 || p.bt_cols < 0 || p.num_blocks < 1)

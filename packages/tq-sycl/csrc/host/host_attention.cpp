@@ -19,8 +19,11 @@ void rotate_queries(const AttentionParams& p) {
       float* dst = p.q_rot + (tok * p.num_q_heads + h) * d;
       const int64_t src = tok * p.q_stride_token + h * p.q_stride_head;
       for (int32_t c = 0; c < d; ++c) dst[c] = load_element(p.query, src + c, p.query_dtype);
-      if (!p.preset.key_fp8) fwht_inplace(dst, d);
-      for (int32_t c = 0; c < d; ++c) dst[c] *= mul;
+      if (p.preset.key_fp8) {
+        for (int32_t c = 0; c < d; ++c) dst[c] *= mul;
+      } else {
+        fwht_inplace(dst, d, mul);  // scaled before it sums: cannot overflow
+      }
     }
   }
 }
@@ -75,8 +78,10 @@ void run_program(const AttentionParams& p, int64_t tile, int32_t head, int32_t s
       l[rr] *= alpha;
       for (int32_t c = 0; c < d; ++c) a[c] *= alpha;
       for (int32_t j = 0; j < n; ++j) {
+        // masked positions only: a visible weight that underflows to 0 still multiplies its
+        // value, so that a NaN value read from the cache reaches the row (0 x NaN = NaN)
+        if (s[j] == neg_inf()) continue;
         const float w = softmax_weight(s[j], m[rr]);
-        if (w == 0.f) continue;
         l[rr] += w;
         const float* vj = &v[static_cast<size_t>(j) * d];
         for (int32_t c = 0; c < d; ++c) a[c] += w * vj[c];
@@ -115,7 +120,8 @@ void merge_tile(const AttentionParams& p, int64_t tile, int32_t head) {
     for (int32_t c = 0; c < d; ++c) {
       float o = 0.f;
       for (int32_t s = 0; s < n; ++s)
-        if (w[s] != 0.f) o += w[s] * p.ws_acc[ws_row_index(p, tile, head, s, rr) * d + c];
+        if (split_contributes(p.ws_l[ws_row_index(p, tile, head, s, rr)]))
+          o += w[s] * p.ws_acc[ws_row_index(p, tile, head, s, rr) * d + c];
       store_element(p.out, dst + c, p.out_dtype, finite ? o : quiet_nan());
     }
   }

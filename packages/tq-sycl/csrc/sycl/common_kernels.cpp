@@ -32,9 +32,11 @@ sycl::event rotate_d(sycl::queue& q, const AttentionParams& p) {
           const int64_t tok = row / pp.num_q_heads;
           const int64_t head = row % pp.num_q_heads;
           const int64_t src = tok * pp.q_stride_token + head * pp.q_stride_head;
-          x[j] = load_element(pp.query, src + j, pp.query_dtype);
-          x[j + D / 2] = load_element(pp.query, src + j + D / 2, pp.query_dtype);
           float mul = pp.scale * kLog2e;
+          // scaled before the butterflies sum it, so a finite query cannot overflow (rotation.hpp)
+          if (!pp.preset.key_fp8) mul *= sycl::rsqrt(static_cast<float>(D));
+          x[j] = load_element(pp.query, src + j, pp.query_dtype) * mul;
+          x[j + D / 2] = load_element(pp.query, src + j + D / 2, pp.query_dtype) * mul;
           if (!pp.preset.key_fp8) {
             for (int h2 = 1; h2 < D; h2 *= 2) {
               sycl::group_barrier(it.get_group());
@@ -45,11 +47,10 @@ sycl::event rotate_d(sycl::queue& q, const AttentionParams& p) {
               x[a + h2] = u - v;
             }
             sycl::group_barrier(it.get_group());
-            mul *= sycl::rsqrt(static_cast<float>(D));
           }
           float* dst = pp.q_rot + row * D;
-          dst[j] = x[j] * mul;
-          dst[j + D / 2] = x[j + D / 2] * mul;
+          dst[j] = x[j];
+          dst[j + D / 2] = x[j + D / 2];
         });
   });
 }
@@ -77,7 +78,7 @@ sycl::event merge_d(sycl::queue& q, const AttentionParams& p) {
           for (int32_t s = 0; s < pp.num_splits; ++s) {
             const int64_t i = ws_row_index(pp, tile, head, s, rr);
             const float w = lse_merge_weight(ms, pp.ws_m[i], pp.ws_l[i]);
-            if (w != 0.f) o += w * pp.ws_acc[i * D + c];
+            if (split_contributes(pp.ws_l[i])) o += w * pp.ws_acc[i * D + c];
           }
           const int32_t g = group_size(pp);
           const int32_t row = t.row_begin + rr;

@@ -143,7 +143,10 @@ sycl::event scalar_d(sycl::queue& q, const AttentionParams& p) {
               for (int c = 0; c < CPL; ++c) acc[i][c] *= alpha;
               for (int j = 0; j < n; ++j) {
                 const float wj = sycl::select_from_group(sg, w, j);
-                if (wj == 0.f) continue;  // uniform: every lane holds the same wj
+                // masked positions only (uniform over the sub-group): a visible weight that
+                // underflows to 0 still multiplies its value, so a NaN value from the cache
+                // reaches the row (0 x NaN = NaN; softmax.hpp)
+                if (valid_s[j] == 0 || pos0 + j > max_pos[i]) continue;
                 for (int c = 0; c < CPL; ++c) acc[i][c] += wj * v_s[j * D + lane + SG * c];
               }
             }

@@ -49,6 +49,8 @@ def attention(
     """
     if kernel not in KERNELS:
         raise KernelChoiceError(f"kernel={kernel!r}: expected one of {KERNELS}")
+    if num_splits is not None:
+        kernel_args.check_num_splits(num_splits)
     if kernel == "host":
         return host_attention(
             query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, num_splits=num_splits
@@ -56,6 +58,8 @@ def attention(
     # validated here, once, before looking for a build: a bad argument is reported as
     # such even where no SYCL build exists
     checked = kernel_args.validate(query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out)
+    if _nothing_to_compute(checked, query):
+        return out if out is not None else torch.empty_like(query)
     device = query.device
     reasons: list[str] = []
     if device.type == "xpu":
@@ -76,6 +80,12 @@ def attention(
             return bridge.attention(call, kernel)
         reasons.append(f"the nightly bridge child holds {bridge.kernels}, not {kernel!r}")
     raise BackendUnavailableError(f"kernel={kernel!r} cannot run here: " + "; ".join(reasons))
+
+
+def _nothing_to_compute(checked: AttentionArgs, query: torch.Tensor) -> bool:
+    """No request, query token or query head: the result is ``out`` as it is (or an empty
+    tensor), as tq_core gives; the kernels are not called (they need a q head per kv head)."""
+    return checked.num_reqs == 0 or query.shape[0] == 0 or checked.num_q_heads == 0
 
 
 def _splits(num_splits: int | None) -> int:
@@ -99,9 +109,10 @@ def host_attention(
     if isinstance(query, torch.Tensor) and query.device.type != "cpu":
         raise DeviceError(f"query: is on {query.device}; kernel='host' runs on CPU tensors")
     checked = kernel_args.validate(query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out)
-    call = kernel_args.prepare(
-        checked, query, kv_cache, block_table, seq_lens, query_start_loc, scale, out, _splits(num_splits)
-    )
+    splits = kernel_args.check_num_splits(_splits(num_splits))
+    if _nothing_to_compute(checked, query):
+        return out if out is not None else torch.empty_like(query)
+    call = kernel_args.prepare(checked, query, kv_cache, block_table, seq_lens, query_start_loc, scale, out, splits)
     extensions.host_module().attention(call.args)
     return call.finish()
 

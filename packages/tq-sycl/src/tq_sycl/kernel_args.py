@@ -15,12 +15,13 @@ from typing import Any
 
 import torch
 
-from tq_core import Preset, key_codebook
+from tq_core import Preset, RangeError, key_codebook
 from tq_core.contract import AttentionArgs, KernelFields, check_attention_args, debug_enabled
 
 # element dtype codes shared with csrc/include/tq/numeric.hpp
 DTYPE_CODES: dict[torch.dtype, int] = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 ROWS_PER_TILE = 16  # csrc/include/tq/params.hpp kRowsPerTile
+MAX_SPLITS = 256
 # KernelFields the C++ side reads (csrc/bindings/params_from_dict.hpp), under the same names
 FIELD_NAMES = (
     "head_dim",
@@ -51,10 +52,17 @@ class PreparedCall:
     block_table: torch.Tensor
     seq_lens: torch.Tensor
     query_start_loc: torch.Tensor
-    centroids: torch.Tensor | None
+    # the cached table the kernels read, shared by every call: not handed out (``centroids``)
+    _centroids: torch.Tensor | None
     out: torch.Tensor  # what the kernel writes (contiguous in its last dim)
     result: torch.Tensor  # what the caller gets back (``out`` or the caller's tensor)
     keep: list[torch.Tensor] = field(default_factory=list)
+
+    @property
+    def centroids(self) -> torch.Tensor | None:
+        """A copy of the centroid table the call points to (None for fp8 keys): writing into
+        it cannot change this or any later call's result."""
+        return None if self._centroids is None else self._centroids.clone()
 
     def finish(self) -> torch.Tensor:
         """Copies into the caller's ``out`` where the kernel wrote a stand-in; returns it."""
@@ -102,6 +110,13 @@ def validate(
     )
 
 
+def check_num_splits(num_splits: object) -> int:
+    """``num_splits`` as an int in ``1..MAX_SPLITS``, else :class:`RangeError` naming it."""
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 1 <= num_splits <= MAX_SPLITS:
+        raise RangeError(f"num_splits={num_splits!r}: expected an int in 1..{MAX_SPLITS}")
+    return num_splits
+
+
 def field_args(fields: KernelFields) -> dict[str, int]:
     """The layout and preset fields of the argument dict, as tq-core computed them."""
     return {name: int(getattr(fields, name)) for name in FIELD_NAMES}
@@ -119,8 +134,7 @@ def prepare(
     num_splits: int,
 ) -> PreparedCall:
     """The argument dict of a call :func:`validate` accepted (``checked`` is its result)."""
-    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 1 <= num_splits <= 256:
-        raise ValueError(f"num_splits={num_splits!r}: expected an int in 1..256")
+    check_num_splits(num_splits)
     p = checked.preset
     q = _last_dim_contiguous(query)
     result = out if out is not None else torch.empty_like(query)

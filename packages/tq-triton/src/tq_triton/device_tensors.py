@@ -1,4 +1,9 @@
-"""Tensors the kernels read, cached per device: codebook tables and a placeholder pointer."""
+"""Tensors the kernels read, cached per device: codebook tables and a placeholder pointer.
+
+The launchers read the cached tensors themselves (the ``cached_*`` functions, no copy on
+the launch path). The public accessors return copies, so that a caller who writes into
+what it got cannot change later kernels' results.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +17,22 @@ from .key_lut import lut_words
 
 
 @functools.cache
+def cached_codebook(
+    preset: Preset, head_dim: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The tensors :func:`codebook` copies, shared by every launch: for tq-triton's launchers
+    only, which never write them."""
+    cent, bounds = key_codebook(preset, head_dim, "cpu")
+    return cent.to(device), bounds.to(device), cent.to(torch.float16).to(device)
+
+
 def codebook(preset: Preset, head_dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(centroids float32, boundaries float32, centroids float16) on ``device``, scaled by 1/sqrt(head_dim).
 
-    The attention kernels multiply keys in fp16, so they read the fp16 table directly.
+    The attention kernels multiply keys in fp16, so they read the fp16 table directly. New
+    tensors on every call (copies of the kernels' cached ones).
     """
-    cent, bounds = key_codebook(preset, head_dim, "cpu")
-    return cent.to(device), bounds.to(device), cent.to(torch.float16).to(device)
+    return tuple(t.clone() for t in cached_codebook(preset, head_dim, device))  # type: ignore[return-value]
 
 
 @functools.cache
@@ -28,6 +42,12 @@ def dummy(device: torch.device) -> torch.Tensor:
 
 
 @functools.cache
+def cached_lut_table(preset: Preset, head_dim: int, device: torch.device) -> torch.Tensor:
+    """The tensor :func:`lut_table` copies, shared by every launch (launchers only)."""
+    return lut_words(cached_codebook(preset, head_dim, torch.device("cpu"))[2]).to(device)
+
+
 def lut_table(preset: Preset, head_dim: int, device: torch.device) -> torch.Tensor:
-    """The register table of the fp16 codebook (``key_lut.lut_words``) on ``device``."""
-    return lut_words(codebook(preset, head_dim, torch.device("cpu"))[2]).to(device)
+    """The register table of the fp16 codebook (``key_lut.lut_words``) on ``device``: a new
+    tensor on every call."""
+    return cached_lut_table(preset, head_dim, device).clone()

@@ -18,7 +18,7 @@ from tq_core.contract import check_store_args, debug_enabled
 from .bitpack import store_codes
 from .cache_fields import FP16_BYTES, field_ptr
 from .device import check_runnable
-from .device_tensors import codebook, dummy
+from .device_tensors import cached_codebook, dummy
 from .hadamard import fwht_rows
 from .tuning import StoreConfig, launch_options, store_config
 
@@ -232,7 +232,7 @@ def store(
     if value.stride(2) != 1:
         value = value.contiguous()
     p = args.preset
-    bounds = dummy(key.device) if p.key_is_fp8 else codebook(p, d, key.device)[1]
+    bounds = dummy(key.device) if p.key_is_fp8 else cached_codebook(p, d, key.device)[1]
     cfg = config or store_config(key.device, p.name)
     grid = (triton.cdiv(n, cfg.block_t), h)
     _store_kernel[grid](

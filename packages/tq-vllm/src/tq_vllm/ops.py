@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from tq_core import BackendUnavailableError, Preset
-from tq_core.contract import Backend, gather_kv, load_backend, select_backend
+from tq_core.contract import Backend, debug_enabled, gather_kv, load_backend, select_backend
 
 from . import _env
 from .plan import BatchPlan, ChunkPlan, DecodePlan
@@ -147,7 +147,9 @@ def run_chunk(chunk: ChunkPlan, step: LayerStep) -> None:
     cdt = torch.float32 if query.device.type == "cpu" else query.dtype
     k, v = step.key[a:b].to(cdt), step.value[a:b].to(cdt)
     if ctx > 0:
-        kp, vp = gather_kv(step.kv_cache, step.block_table[chunk.req], ctx, step.preset, d)
+        kp, vp = gather_kv(
+            step.kv_cache, step.block_table[chunk.req], ctx, step.preset, d, check_values=debug_enabled()
+        )
         k = torch.cat([kp.to(cdt), k])
         v = torch.cat([vp.to(cdt), v])
     group = hq // hk

@@ -27,6 +27,9 @@ inline bool is_finite(float f) { return (float_to_bits(f) & 0x7F800000u) != 0x7F
 
 inline float quiet_nan() { return bits_to_float(0x7FC00000u); }
 
+// True for NaN only; a test of the bits, like is_finite.
+inline bool is_nan(float f) { return (float_to_bits(f) & 0x7FFFFFFFu) > 0x7F800000u; }
+
 // IEEE binary16 -> binary32, exact (every half is a float).
 inline float half_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;

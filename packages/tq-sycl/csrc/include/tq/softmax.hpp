@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "tq/numeric.hpp"
+
 namespace tq {
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -37,9 +39,14 @@ inline float softmax_weight(float s, float m) { return std::exp2(s - safe_max(m)
 // w = 0 everywhere (output 0, never NaN). m/l of split s sit at m[s * stride].
 //
 // Non-finite queries: the merge writes quiet_nan() to every element of a row whose query
-// has a NaN or ±inf element (tq_core's result), whatever its partials hold. The cache
-// holds only finite numbers (the store replaces non-finite inputs), so every other row
-// is finite and no row depends on another row's query.
+// has a NaN or ±inf element (tq_core's result), whatever its partials hold. The stores
+// write only finite numbers, so with a finite query a row is finite and depends on no
+// other row's query.
+//
+// NaN from the cache (corrupted bytes): a NaN score or value makes l or acc NaN. Such a
+// split is never taken for empty: its weight is NaN (l NaN), and a split with l > 0 is
+// read even where its weight underflows to 0, so the NaN reaches the row (tq_core's
+// result: a NaN read by a row is never turned into a plausible number).
 struct MergeScale {
   float max;
   float inv_total;
@@ -56,7 +63,12 @@ inline MergeScale lse_merge_scale(const float* m, const float* l, int64_t stride
 }
 
 inline float lse_merge_weight(const MergeScale& ms, float m_s, float l_s) {
+  if (is_nan(l_s) || is_nan(m_s)) return quiet_nan();
   return l_s > 0.f ? std::exp2(m_s - ms.max) * ms.inv_total : 0.f;
 }
+
+// Whether the merge reads split s's partial output: it saw a position (l > 0) or its sum
+// is NaN. A split with l == 0 saw nothing and may have left its partial unwritten.
+inline bool split_contributes(float l_s) { return l_s > 0.f || is_nan(l_s); }
 
 }  // namespace tq

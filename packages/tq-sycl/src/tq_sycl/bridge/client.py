@@ -367,8 +367,8 @@ class Bridge:
             "seq_lens": call.seq_lens.to("cpu").contiguous(),
             "query_start_loc": call.query_start_loc.to("cpu").contiguous(),
         }
-        if call.centroids is not None:
-            arrays["centroids"] = call.centroids.to("cpu").contiguous()
+        if call._centroids is not None:
+            arrays["centroids"] = call._centroids.to("cpu").contiguous()
         offsets: dict[str, int] = {}
         total = 0
         for name, t in arrays.items():

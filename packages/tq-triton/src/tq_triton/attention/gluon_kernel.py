@@ -470,10 +470,11 @@ def gluon_attention_kernel(
             if KEY_FP8:
                 q = q * q_mul
             else:
-                # scores in the rotated domain: the query's orthonormal Hadamard transform
+                # scores in the rotated domain: the query's orthonormal Hadamard transform,
+                # scaled before the butterflies sum it so that they cannot overflow (kernel.py)
+                q = q * (q_mul / gl.sqrt(D * 1.0))
                 q = _butterflies(q, BLOCK_M, D, 0, LOG2_D - 1)
                 q = _butterflies(gl.convert_layout(q, QE), BLOCK_M, D, LOG2_D - 1, LOG2_D)
-                q = q * (q_mul / gl.sqrt(D * 1.0))
             if SATURATE_QUERY:
                 q_sat = gl.minimum(gl.maximum(q, -65504.0), 65504.0)
                 q = gl.where(gl.abs(q) < float("inf"), q_sat, q)
@@ -688,8 +689,9 @@ def gluon_attention_kernel(
             else:
                 lse = gl.where(l_i > 0, m_i + gl.log2(gl.where(l_i > 0, l_i, 1.0)), float("-inf"))
                 if SKIP_EMPTY:
-                    # a non-finite query's row keeps a finite weight (kernel.py says why)
-                    lse = gl.where(gl.convert_layout(q_bad, ROW), 0.0, lse)
+                    # a non-finite query's row, or a row whose sum is NaN (a NaN read from the
+                    # cache), keeps a finite weight (kernel.py says why)
+                    lse = gl.where(gl.convert_layout(q_bad, ROW) | (l_i != l_i), 0.0, lse)
                 slot = (q_row * NUM_Q_HEADS + head) * NUM_SPLITS + split
                 slot_o = (q_row_o * NUM_Q_HEADS + head_o) * NUM_SPLITS + split
                 # in the accumulator's column order (merge_kernel's VALUE_COLUMNS): pairs of

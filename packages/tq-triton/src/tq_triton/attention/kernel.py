@@ -141,10 +141,12 @@ def attention_kernel(
             # launch.query_scaling) where they enter the exponent. The cast rounds toward zero,
             # so finite elements beyond fp16's range saturate at ±65504 (IEEE 754 overflow
             # under that rounding); NaN and ±inf pass, so that only their own row is NaN.
+            # Scaled before the rotation sums it (q_mul / sqrt(D) < 1), so that the butterflies
+            # cannot overflow for a finite query (docs/overview.md, "Non-finite inputs").
             if KEY_FP8:
                 q = q * q_mul
             else:
-                q = fwht_rows(q, BLOCK_M, D, LOG2_D) * (q_mul / tl.sqrt(D * 1.0))
+                q = fwht_rows(q * (q_mul / tl.sqrt(D * 1.0)), BLOCK_M, D, LOG2_D)
             if SATURATE_QUERY:
                 # the same saturation by hand, where the cast is not known to saturate
                 q_sat = tl.minimum(tl.maximum(q, -65504.0), 65504.0)
@@ -259,8 +261,10 @@ def attention_kernel(
                 lse = tl.where(l_i > 0, m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0)), float("-inf"))
                 if SKIP_EMPTY:
                     # a non-finite query's row keeps a finite weight, so that its NaN partial
-                    # output reaches the merge even where every score is -inf (l = 0)
-                    lse = tl.where(q_bad, 0.0, lse)
+                    # output reaches the merge even where every score is -inf (l = 0); so
+                    # does a row whose sum is NaN (a NaN read from the cache), which l > 0
+                    # would otherwise mark empty
+                    lse = tl.where(q_bad | (l_i != l_i), 0.0, lse)
                 slot = (q_row * NUM_Q_HEADS + head) * NUM_SPLITS + split
                 # float32, or bf16 (AttentionConfig.bf16_partials)
                 tl.store(Partial + slot[:, None] * D + d[None, :], o.to(Partial.dtype.element_ty), mask=row_ok[:, None])

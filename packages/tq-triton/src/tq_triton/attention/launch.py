@@ -11,7 +11,7 @@ from tq_core import Preset, RangeError, ShapeError
 from tq_core.contract import check_attention_args, debug_enabled
 
 from ..device import check_runnable, interpreter_active, multiprocessor_count
-from ..device_tensors import codebook, dummy, lut_table
+from ..device_tensors import cached_codebook, cached_lut_table, dummy
 from ..tuning import AttentionConfig, launch_options, register_cap
 from .gluon_launch import gluon_applies, launch_gluon, wgmma_applies
 from .kernel import MERGE_WARPS, attention_kernel, merge_kernel
@@ -262,7 +262,7 @@ def _centroids(preset: Preset, head_dim: int, device: torch.device, table: bool)
     else ``key_lut``'s register table (``table``) or the fp16 codebook."""
     if preset.key_is_fp8:
         return dummy(device)
-    return lut_table(preset, head_dim, device) if table else codebook(preset, head_dim, device)[2]
+    return cached_lut_table(preset, head_dim, device) if table else cached_codebook(preset, head_dim, device)[2]
 
 
 def key_lut_mode(preset: Preset, cfg: AttentionConfig, device: torch.device) -> int:
