@@ -42,8 +42,9 @@ def unpack_codes(packed: torch.Tensor, bits: int, n: int) -> torch.Tensor:
     nbytes = packed_bytes(n, bits)
     if packed.shape[-1] != nbytes:
         raise ShapeError(f"packed: last dim {packed.shape[-1]}, expected {nbytes} for {n} codes of {bits} bits")
-    shifts = torch.arange(8, device=packed.device, dtype=torch.int32)
-    stream = ((packed.to(torch.int32)[..., None] >> shifts) & 1).reshape(*packed.shape[:-1], nbytes * 8)
-    stream = stream[..., : n * bits].reshape(*packed.shape[:-1], n, bits)
-    weights = 1 << torch.arange(bits, device=packed.device, dtype=torch.int32)
-    return (stream * weights).sum(-1).to(torch.int64)
+    # code i starts at bit o = bits * i: byte o // 8, shift o % 8; shift + bits <= 15, so the
+    # little-endian pair of bytes (o // 8, o // 8 + 1) holds all of it
+    start = torch.arange(n, device=packed.device) * bits
+    p = torch.nn.functional.pad(packed.to(torch.int32), (0, 1))
+    pair = p[..., start // 8] | (p[..., start // 8 + 1] << 8)
+    return ((pair >> (start % 8).to(torch.int32)) & ((1 << bits) - 1)).to(torch.int64)

@@ -45,13 +45,17 @@ def fwht(x: torch.Tensor, signs: torch.Tensor | None = None) -> torch.Tensor:
     if signs is not None:
         x = x * signs
     lead = x.shape[:-1]
-    y = x.reshape(-1, d)
+    y = x.reshape(-1, d).clone()
+    z = torch.empty_like(y)
     h = 1
     while h < d:
-        # butterflies on index bit log2(h): pairs (i, i + h) inside blocks of 2h
-        y = y.view(-1, d // (2 * h), 2, h)
-        a, b = y[:, :, 0, :], y[:, :, 1, :]
-        y = torch.stack((a + b, a - b), dim=2)
+        # butterflies on index bit log2(h): pairs (i, i + h) inside blocks of 2h, written
+        # into the other buffer's halves (no stacking copies)
+        src, dst = y.view(-1, d // (2 * h), 2, h), z.view(-1, d // (2 * h), 2, h)
+        a, b = src[:, :, 0, :], src[:, :, 1, :]
+        torch.add(a, b, out=dst[:, :, 0, :])
+        torch.sub(a, b, out=dst[:, :, 1, :])
+        y, z = z, y
         h *= 2
     return (y.reshape(*lead, d) / math.sqrt(d)).to(x.dtype)
 
