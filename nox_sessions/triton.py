@@ -16,7 +16,8 @@ def tests_triton(session: nox.Session) -> None:
     install(session, "-e", f"{pkg('tq-triton')}[test]")
     session.env["TRITON_INTERPRET"] = "1"
     session.env["TQ_TEST_DEVICE"] = "cpu"
-    pytest(session, pkg("tq-triton") + "/tests")
+    # one worker per core (pytest-xdist): the interpreter runs one Python thread per test
+    pytest(session, pkg("tq-triton") + "/tests", "-n", "auto")
 
 
 @nox.session(name="tests-triton-gpu", venv_params=["--system-site-packages"])
