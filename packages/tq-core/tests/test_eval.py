@@ -135,6 +135,8 @@ def test_cli_rejects_bad_arguments(capsys):
         (["eval", "--formats", "k3"], "k3"),
         (["eval", "--layers", "3-1"], "ranges low-high"),
         (["eval", "--windows", "0"], "--windows"),
+        (["eval", "--plot-with", "a.json"], "--plot-with needs --plot"),
+        (["eval", "--plot", "x.png", "--plot-with", "/nonexistent.json"], "No such file"),
     ):
         with pytest.raises(SystemExit) as exc:
             main(argv)

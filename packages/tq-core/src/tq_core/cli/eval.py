@@ -20,8 +20,10 @@ import argparse
 import json
 import sys
 
+from . import UsageError
 from .argtypes import choice_list, int_at_least, positive_int
 
+DEFAULT = {"windows": 16, "window": 512, "batch": 4}
 QUICK = {"windows": 4, "window": 256, "batch": 4}
 
 
@@ -31,12 +33,12 @@ def run(args: argparse.Namespace) -> int:
     from ..eval.run import EvalConfig, evaluate
     from ..presets import PRESETS
 
+    if args.plot_with and not args.plot:
+        raise UsageError("--plot-with needs --plot PATH")
+    earlier = [_read_json(path) for path in args.plot_with or ()]  # before the long run
     formats = tuple(args.formats or (PRESETS if args.quick else format_names()))
-    sizes = {"windows": args.windows, "window": args.window, "batch": args.batch}
-    if args.quick:
-        sizes = {k: v if v is not None else QUICK[k] for k, v in sizes.items()}
-    defaults = {"windows": 16, "window": 512, "batch": 4}
-    sizes = {k: v if v is not None else defaults[k] for k, v in sizes.items()}
+    base = QUICK if args.quick else DEFAULT
+    sizes = {k: base[k] if getattr(args, k) is None else getattr(args, k) for k in base}
     cfg = EvalConfig(
         model=args.model,
         text=args.text,
@@ -63,9 +65,21 @@ def run(args: argparse.Namespace) -> int:
             json.dump(result.to_json(), f, indent=1)
             f.write("\n")
     if args.plot:
-        plot([result], args.plot)
+        plot([result.to_json(), *earlier], args.plot)
         log(f"plot written to {args.plot}")
     return 0
+
+
+def _read_json(path: str) -> dict:
+    """An earlier run's ``--json`` file; UsageError when it cannot be one."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--plot-with {path}: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("formats"), list):
+        raise UsageError(f"--plot-with {path}: not a file written by tq eval --json")
+    return data
 
 
 def _layers(text: str) -> list[int]:
@@ -131,5 +145,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--per-layer", action="store_true", help="also print each layer's key and value error")
     p.add_argument("--json", metavar="PATH", help="also write every number as JSON to PATH")
     p.add_argument("--plot", metavar="PATH", help="also plot perplexity change against bytes per token to PATH (PNG)")
+    p.add_argument(
+        "--plot-with",
+        nargs="+",
+        metavar="JSON",
+        help="also plot these earlier runs (files written by --json), e.g. another model's",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or messages on stderr")
     p.set_defaults(func=run)

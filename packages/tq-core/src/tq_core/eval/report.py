@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ..cli.table import table_lines
-from .run import EvalResult, FormatResult
+from .run import EvalResult
 
 
 def _pct(x: float, se: float | None, digits: int = 2) -> str:
@@ -78,11 +79,13 @@ def render_layers(r: EvalResult) -> str:
     return "\n".join([title, *table_lines(header, rows, ["<"] + [">"] * len(r.formats))])
 
 
-def plot(results: list[EvalResult], path: str | Path, title: str | None = None) -> None:
+def plot(results: list[dict[str, Any]], path: str | Path, title: str | None = None) -> None:
     """Perplexity change against bytes per token: one point per format, one series per run.
 
-    The y axis is symmetric-log (linear within ±0.1%), so formats from +0.01% to +40% fit
-    on one figure; error bars are one standard error."""
+    ``results`` are runs as :meth:`EvalResult.to_json` writes them (``tq eval --json``), so
+    runs of several models, machines or days can share one figure. The y axis is
+    symmetric-log (linear within ±0.1%), so formats from +0.01% to +40% fit on one figure;
+    error bars are one standard error."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -91,13 +94,16 @@ def plot(results: list[EvalResult], path: str | Path, title: str | None = None) 
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
     markers = "osD^v"
     for i, r in enumerate(results):
-        pts: list[FormatResult] = sorted(r.formats, key=lambda f: f.bytes_per_token)
-        xs = [f.bytes_per_token for f in pts]
-        ys = [100 * f.summary.ppl_change for f in pts]
-        es = [100 * (f.summary.ppl_change_se or 0.0) for f in pts]
-        ax.errorbar(xs, ys, yerr=es, fmt=markers[i % len(markers)], capsize=3, label=r.model)
+        pts = sorted(r["formats"], key=lambda f: f["bytes_per_token"])
+        xs = [f["bytes_per_token"] for f in pts]
+        ys = [100 * f["summary"]["ppl_change"] for f in pts]
+        es = [100 * (f["summary"]["ppl_change_se"] or 0.0) for f in pts]
+        label = f"{r['model']} ({r['device']})"
+        ax.errorbar(xs, ys, yerr=es, fmt=markers[i % len(markers)], capsize=3, label=label)
         for f, x, y in zip(pts, xs, ys, strict=True):
-            name = f.label.removeprefix("turboquant_")
+            name = f["format"].removeprefix("turboquant_")
+            if f["boundary_layers"]:
+                name += f" b{f['boundary_layers']}"
             ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7)
     ax.set_xscale("log", base=2)
     ax.set_yscale("symlog", linthresh=0.1)
@@ -106,7 +112,7 @@ def plot(results: list[EvalResult], path: str | Path, title: str | None = None) 
     ax.axhline(0, color="grey", lw=0.6)
     ax.grid(True, which="both", alpha=0.3)
     r0 = results[0]
-    ax.set_title(title or f"tq eval: quality against bytes ({r0.text}, {r0.windows} x {r0.window} tokens)")
+    ax.set_title(title or f"tq eval: quality against bytes ({r0['text']}, {r0['windows']} x {r0['window']} tokens)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
