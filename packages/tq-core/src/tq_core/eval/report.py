@@ -87,6 +87,7 @@ def plot(results: list[dict[str, Any]], path: str | Path, title: str | None = No
     symmetric-log (linear within ±0.1%), so formats from +0.01% to +40% fit on one figure;
     error bars are one standard error."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -106,13 +107,17 @@ def plot(results: list[dict[str, Any]], path: str | Path, title: str | None = No
                 name += f" b{f['boundary_layers']}"
             ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7)
     ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}"))
     ax.set_yscale("symlog", linthresh=0.1)
+    top = max(100 * f["summary"]["ppl_change"] for r in results for f in r["formats"])
+    ax.set_ylim(-0.1, max(top, 1.0) * 2)
     ax.set_xlabel("bytes per token and kv head (key + value, averaged over layers)")
     ax.set_ylabel("perplexity change vs uncompressed (%)")
     ax.axhline(0, color="grey", lw=0.6)
     ax.grid(True, which="both", alpha=0.3)
     r0 = results[0]
-    ax.set_title(title or f"tq eval: quality against bytes ({r0['text']}, {r0['windows']} x {r0['window']} tokens)")
+    ax.set_title(title or f"tq eval: quality against bytes ({r0['text']}, {r0['windows']} x {r0['window']} tokens)",
+                 fontsize=9)  # fmt: skip
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
