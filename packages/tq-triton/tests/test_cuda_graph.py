@@ -27,7 +27,7 @@ def test_graph_replay_equals_eager(preset, gen, device):
         )
 
     cache0 = b.kv_cache.clone()
-    step()  # warm-up: compiles and sizes the workspaces
+    step()  # warm-up, outside capture: compiles the kernels and builds the cached tables
     torch.cuda.synchronize()
     eager = out.clone()
     eager_cache = b.kv_cache.clone()

@@ -1,4 +1,5 @@
-"""3-bit codebook keys looked up in a register table (``key_lut``, experimental, off by default).
+"""3-bit codebook keys looked up in a register table (``AttentionConfig.key_lut``; on by
+default where the device has a byte permute, see ``tuning.py``).
 
 The 8 fp16 centroids of a 3-bit codebook are 16 bytes: their low bytes fill two 32-bit
 words and their high bytes two more (:func:`lut_words`). A byte permute (PTX ``prmt``)

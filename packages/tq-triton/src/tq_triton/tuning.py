@@ -75,21 +75,22 @@ class AttentionConfig:
     # grid's splits (``kv_splits`` or the planned count, then an upper bound); each request
     # deals its tiles out evenly over the splits it needs, so a long request takes more
     # splits than a short one. On the H200 it wins on the ragged batch and loses at
-    # verify-32k for k3v4_nc (docs/perf/h200.md), so no table entry uses it. 0: each
-    # request's sequence is divided evenly over the grid's splits
+    # verify-32k, both for k3v4_nc (docs/perf/runs/2026-12-02-wgmma-poc, call 6), so no table
+    # entry uses it. 0: each request's sequence is divided evenly over the grid's splits
     split_budget: int = 0
     # experimental: 1 keeps the kv splits' partial outputs in bf16 instead of float32,
     # halving the bytes the attention kernel writes and the merge reads (at poc on an H200,
     # 8 MB each way), at the cost of a second bf16 rounding of the output (the merge's
-    # weights and sums stay float32). On the H200 it is 0.7-1.1 us slower at poc and equal
-    # at verify-32k (docs/perf/h200.md), so it stays off
+    # weights and sums stay float32). On the H200 it is 0.7-1.1 us slower with the table's
+    # poc entries and equal at verify-32k (docs/perf/runs/2026-12-02-wgmma-poc, call 1), so
+    # it stays off
     bf16_partials: int = 0
     # experimental: 1 lets a kv split with no position for its query chunk (a request
     # shorter than the split count leaves some) skip the query, the tile loop and its
     # partial output, writing only -inf log-sum-exps that the merge then skips. Off: on the
     # H200, compiled into every launch, the branch it adds made the Gluon kernel 17% slower
-    # at k8v4 verify-32k; with split_budget 4 it took about 20% off the k3v4_nc ragged
-    # batch (docs/perf/h200.md)
+    # at k8v4 verify-32k; with split_budget 4 it took the k3v4_nc ragged batch from 164.1
+    # to 127.9 us (docs/perf/runs/2026-12-02-wgmma-poc, calls 7-8)
     skip_empty: int = 0
 
 

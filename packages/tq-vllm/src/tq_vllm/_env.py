@@ -5,7 +5,11 @@
 | ``TQ_VLLM_DISABLE=1`` | register nothing: vLLM's own TurboQuant backend (cuda/xpu) or its CPU attention runs |
 | ``TQ_VLLM_IMPL=auto|triton|core`` | backend: ``auto`` = tq-triton on cuda/xpu, tq-core on CPU |
 | ``TQ_VLLM_IGNORE_VERSION=1`` | register even on a vLLM version outside ``SUPPORTED_VLLM`` |
-| ``TQ_VLLM_STATS=PATH`` | at exit, each process writes its call counters as JSON to ``PATH.<pid>.json`` |
+| ``TQ_VLLM_STATS=PATH`` | each process writes its call counters as JSON to ``PATH.<pid>.json`` (below) |
+
+With ``TQ_VLLM_STATS``, a process that counts anything writes its counters about once a
+second while they change, so that a vLLM worker that is killed rather than exited still
+leaves them, and again at a normal exit (``_stats``).
 
 The on/off switches are read by :func:`tq_core.contract.env_flag`, tq's one parser of
 them (``1/true/yes/on`` on, ``0/false/no/off`` or empty off, any other value a

@@ -211,7 +211,8 @@ def _load_tile(
     _, _, head_base, stride_blk, hi, _ = where
     kofs, vofs, tok_k, tok_v, tok_s = offsets
     gpos = start + gl.arange(0, NB, layout=BL) * TPB
-    # the group's first slot in its block, as a byte pointer
+    # cache_fields' addressing rule, restated per group: the group's block, then each
+    # field's OFF + first * WIDTH, then each element's offset inside the group
     base = head_base + blk.to(gl.int64) * stride_blk
     first = (gpos % BLOCK_SIZE).to(gl.int64)
     left = hi - gpos  # positions of the group still before hi
