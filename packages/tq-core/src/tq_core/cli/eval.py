@@ -55,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(msg, file=sys.stderr, flush=True)
 
+    if args.quiet:
+        _quiet_transformers()
     result = evaluate(cfg, log=log, progress=not args.quiet)
     print(render(result))
     if args.per_layer:
@@ -68,6 +70,15 @@ def run(args: argparse.Namespace) -> int:
         plot([result.to_json(), *earlier], args.plot)
         log(f"plot written to {args.plot}")
     return 0
+
+
+def _quiet_transformers() -> None:
+    """transformers' own bars (GGUF conversion, weight loading) off, as -q promises."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # evaluate says how to install it
+        return
+    hf_logging.disable_progress_bar()
 
 
 def _read_json(path: str) -> dict:

@@ -25,8 +25,8 @@ def render(r: EvalResult) -> str:
     head = [
         f"tq eval: {r.model}, {r.num_layers} layers, {r.num_q_heads} q / {r.num_kv_heads} kv heads, "
         f"head_dim {r.head_dim}",
-        f"text: {r.text}, {r.windows} windows of {r.window} tokens ({r.scored_tokens} predicted tokens, "
-        f"{r.scored_bytes} bytes, of {r.text_tokens} tokens in the text)",
+        f"text: {r.text}, {r.windows} window{'s' if r.windows != 1 else ''} of {r.window} tokens "
+        f"({r.scored_tokens} predicted tokens, {r.scored_bytes} bytes, of {r.text_tokens} tokens in the text)",
         f"device: {r.device}, backend: {r.backend}; {r.seconds:.0f} s",
         "",
     ]
