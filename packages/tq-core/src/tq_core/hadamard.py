@@ -45,18 +45,19 @@ def fwht(x: torch.Tensor, signs: torch.Tensor | None = None) -> torch.Tensor:
     if signs is not None:
         x = x * signs
     lead = x.shape[:-1]
-    y = x.reshape(-1, d).clone()
-    z = torch.empty_like(y)
-    h = 1
+    y = x.reshape(-1, d)
+    # each stage reads y and writes the other of two buffers (no stacking copies, and the
+    # input is never written)
+    bufs = tuple(torch.empty(y.shape, dtype=y.dtype, device=y.device) for _ in range(2))
+    h, stage = 1, 0
     while h < d:
-        # butterflies on index bit log2(h): pairs (i, i + h) inside blocks of 2h, written
-        # into the other buffer's halves (no stacking copies)
-        src, dst = y.view(-1, d // (2 * h), 2, h), z.view(-1, d // (2 * h), 2, h)
-        a, b = src[:, :, 0, :], src[:, :, 1, :]
-        torch.add(a, b, out=dst[:, :, 0, :])
-        torch.sub(a, b, out=dst[:, :, 1, :])
-        y, z = z, y
-        h *= 2
+        # butterflies on index bit log2(h): pairs (i, i + h) inside blocks of 2h
+        dst = bufs[stage % 2]
+        src4, dst4 = y.reshape(-1, d // (2 * h), 2, h), dst.view(-1, d // (2 * h), 2, h)
+        a, b = src4[:, :, 0, :], src4[:, :, 1, :]
+        torch.add(a, b, out=dst4[:, :, 0, :])
+        torch.sub(a, b, out=dst4[:, :, 1, :])
+        y, h, stage = dst, 2 * h, stage + 1
     return (y.reshape(*lead, d) / math.sqrt(d)).to(x.dtype)
 
 

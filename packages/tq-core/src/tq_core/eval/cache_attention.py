@@ -28,7 +28,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..checks import FLOAT_DTYPES
 from ..cli.capacity import boundary_layer_set
 from ..codec import FP8_E4M3_MAX
 from ..contract import Backend
@@ -128,7 +127,6 @@ class CacheAttention:
         b, hk, t, d = key.shape
         hq = query.shape[1]
         dev = key.device
-        dtype = key.dtype if key.dtype in FLOAT_DTYPES else torch.float32
         nblk = -(-t // BLOCK_SIZE)
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + layer)
         # physical blocks in a shuffled order, so that paging is exercised as in serving
@@ -137,9 +135,9 @@ class CacheAttention:
         slots = (table[:, pos // BLOCK_SIZE].long() * BLOCK_SIZE + pos % BLOCK_SIZE).reshape(-1)
         slot_bytes = preset.layout(d).slot_size_aligned
         cache = torch.zeros(b * nblk, BLOCK_SIZE, hk, slot_bytes, dtype=torch.uint8, device=dev)
-        k = key.transpose(1, 2).reshape(b * t, hk, d).to(dtype).contiguous()
-        v = value.transpose(1, 2).reshape(b * t, hk, d).to(dtype).contiguous()
-        q = query.transpose(1, 2).reshape(b * t, hq, d).to(dtype).contiguous()
+        k = key.transpose(1, 2).reshape(b * t, hk, d).contiguous()
+        v = value.transpose(1, 2).reshape(b * t, hk, d).contiguous()
+        q = query.transpose(1, 2).reshape(b * t, hq, d).contiguous()
         assert self.backend.store is not None
         self.backend.store(k, v, cache, slots, preset)
         seq_lens = torch.full((b,), t, dtype=torch.int32, device=dev)

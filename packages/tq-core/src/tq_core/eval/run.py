@@ -168,14 +168,13 @@ def evaluate(
     }
     scores = {run: WindowScores() for run in runs}
     base = WindowScores()
-    raw = CacheAttention([RAW] * num_layers, backend, measure_error=False)
     batches = [win.ids[i : i + cfg.batch] for i in range(0, win.count, cfg.batch)]
     bar = _progress_bar(len(batches) * (1 + len(runs)), progress)
     with torch.inference_mode():
         for i, batch in enumerate(batches):
             ids = torch.tensor(batch, dtype=torch.long, device=device)
-            with raw:
-                base_logp = base.add(model(ids, use_cache=False).logits, ids, None)
+            # no CacheAttention active: every layer attends over its own K/V (cache_attention)
+            base_logp = base.add(model(ids, use_cache=False).logits, ids, None)
             bar.update(1)
             for run in runs:
                 # the key / value error needs one more decode of each layer's cache: the first
