@@ -48,7 +48,7 @@ def fwht(x: torch.Tensor, signs: torch.Tensor | None = None) -> torch.Tensor:
     y = x.reshape(-1, d)
     # each stage reads y and writes the other of two buffers (no stacking copies, and the
     # input is never written)
-    bufs = tuple(torch.empty(y.shape, dtype=y.dtype, device=y.device) for _ in range(2))
+    bufs = tuple(torch.empty_like(y, memory_format=torch.contiguous_format) for _ in range(2))
     h, stage = 1, 0
     while h < d:
         # butterflies on index bit log2(h): pairs (i, i + h) inside blocks of 2h
