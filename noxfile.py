@@ -1,4 +1,8 @@
-"""Sessions for every tq package. `nox -t tests` runs all tests; `nox -s demo` the demo.
+"""Sessions for every tq package. `nox -t tests`: the quick tests; `nox -t full`: every test (CI).
+
+`nox -s demo` runs the demo. The quick sessions (tests-triton, tests-vllm, xpu_compile) run a
+cover of the parametrised cases and compiles; their `-full` twins run all of them; the other
+test sessions carry both tags.
 
 Each package's sessions live in ``nox_sessions/<package>.py`` so that they can evolve
 independently; importing them registers the sessions.

@@ -114,6 +114,17 @@ def pytest(session: nox.Session, path: str, *args: str) -> None:
     session.run("python", "-m", "pytest", path, "-ra", "-q", "-p", "no:cacheprovider", *args, *session.posargs)
 
 
+def collect_quick(session: nox.Session, tests: str, *args: str) -> None:
+    """Collect ``tests`` with ``TQ_TEST_QUICK=1`` (the quick sessions' selection, made by the
+    tests' conftest.py) and print what it keeps: the full sessions run this so that CI, which
+    runs only those, still checks the selection the quick sessions make."""
+    cmd = ("python", "-m", "pytest", tests, "--collect-only", "-q", "-p", "no:cacheprovider", *args)
+    out = session.run(*cmd, env={"TQ_TEST_QUICK": "1"}, silent=True)
+    if isinstance(out, str):  # nox --install-only / dry runs return None
+        lines = out.strip().splitlines()
+        session.log(f"the quick selection (TQ_TEST_QUICK=1): {lines[-1] if lines else 'no output'}")
+
+
 def see_host_packages(session: nox.Session) -> None:
     """Let the session import the packages of the interpreter that runs nox (its GPU torch).
 

@@ -6,18 +6,34 @@ import os
 
 import nox
 
-from ._util import TRITON, install, install_core, pkg, pytest, see_host_packages
+from ._util import TRITON, collect_quick, install, install_core, pkg, pytest, see_host_packages
 
 
-@nox.session(name="tests-triton", tags=["tests"])
-def tests_triton(session: nox.Session) -> None:
-    """tq-triton's suite on CPU through Triton's interpreter (small shapes)."""
+def _interpreter_tests(session: nox.Session, *, quick: bool) -> None:
     install_core(session, TRITON)
     install(session, "-e", f"{pkg('tq-triton')}[test]")
     session.env["TRITON_INTERPRET"] = "1"
     session.env["TQ_TEST_DEVICE"] = "cpu"
-    # one worker per core (pytest-xdist): the interpreter runs one Python thread per test
-    pytest(session, pkg("tq-triton") + "/tests", "-n", "auto")
+    # TQ_TEST_QUICK: tests/conftest.py keeps a cover of each test's parametrised cases
+    session.env["TQ_TEST_QUICK"] = "1" if quick else "0"
+    # one worker per core (pytest-xdist): the interpreter runs one Python thread per test;
+    # worksteal: a worker left idle takes queued tests from a busy one (a few take a minute)
+    pytest(session, pkg("tq-triton") + "/tests", "-n", "auto", "--dist", "worksteal", "--durations=10")
+
+
+@nox.session(name="tests-triton", tags=["tests"])
+def tests_triton(session: nox.Session) -> None:
+    """tq-triton's suite on CPU through Triton's interpreter (small shapes), quick: per test,
+    each value of each parameter in at least one case (``TQ_TEST_QUICK=1``)."""
+    _interpreter_tests(session, quick=True)
+
+
+@nox.session(name="tests-triton-full", tags=["full"])
+def tests_triton_full(session: nox.Session) -> None:
+    """tq-triton's suite on CPU through Triton's interpreter (small shapes), every case."""
+    _interpreter_tests(session, quick=False)
+    # CI runs this session, not tests-triton: check that the quick selection still collects
+    collect_quick(session, pkg("tq-triton") + "/tests")
 
 
 @nox.session(name="tests-triton-gpu", venv_params=["--system-site-packages"])

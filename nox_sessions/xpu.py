@@ -1,12 +1,15 @@
 """Intel xpu sessions.
 
-- ``xpu_compile`` (CI): compiles every tq-triton kernel the xpu path launches (store,
-  attention, merge; each preset, head_dim 64/128/256, GQA groups 1/4/8, q buckets 1..16, the
-  Xe2 tuning table's configurations) for an Intel Xe2 target to SPIR-V with Intel's Triton,
-  on a machine without an Intel GPU, and checks that the attention products use DPAS layouts,
-  that no inline assembly reaches the LLVM IR and that each kernel's shared local memory fits
-  an Xe2 work-group. The compiles run in parallel (``TQ_XPU_COMPILE_JOBS``, default every
-  CPU). See packages/tq-triton/src/tq_triton/xpu_compile.py and docs/xpu.md. Nothing is run.
+- ``xpu_compile-full`` (CI, ``nox -t full``): compiles every tq-triton kernel the xpu path
+  launches (store, attention, merge; each preset, head_dim 64/128/256, GQA groups 1/4/8, q
+  buckets 1..16, the Xe2 tuning table's configurations) for an Intel Xe2 target to SPIR-V with
+  Intel's Triton, on a machine without an Intel GPU, and checks that the attention products
+  use DPAS layouts, that no inline assembly reaches the LLVM IR and that each kernel's shared
+  local memory fits an Xe2 work-group. The compiles run in parallel (``TQ_XPU_COMPILE_JOBS``,
+  default every CPU). See nox_sessions/xpu_compile_check.py and docs/xpu.md. Nothing is run.
+- ``xpu_compile`` (``nox -t tests``): the same checks on a cover of those launches
+  (``--cover``: each kernel with each preset, head_dim, GQA group, q bucket and table
+  configuration at least once).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 
 import nox
 
-from ._util import TORCH_CPU, install, may_apt, pkg
+from ._util import ROOT, TORCH_CPU, install, may_apt, pkg
 
 # Triton with Intel's backend (the newest build on PyPI; older than the Triton that current
 # torch XPU wheels bring, see docs/xpu.md) and the SYCL runtime whose headers and libsycl.so
@@ -27,6 +30,8 @@ from ._util import TORCH_CPU, install, may_apt, pkg
 TRITON_XPU = "triton-xpu==3.3.0b1"
 INTEL_SYCL_RT = "intel-sycl-rt==2026.2.0"
 LEVEL_ZERO_APT = ("libze1", "libze-dev")  # Level Zero loader and headers (the backend's driver.c)
+# the compile check: a test tool, run as a script, not part of the tq-triton wheel
+CHECK = ROOT / "nox_sessions" / "xpu_compile_check.py"
 
 
 def _level_zero_missing() -> list[str]:
@@ -59,13 +64,11 @@ def _ensure_level_zero(session: nox.Session) -> None:
         f"{'are' if len(missing) > 1 else 'is'} missing; not installed automatically: {why_not}. Install "
         f"Level Zero's loader and headers: on Debian/Ubuntu `sudo apt-get install {' '.join(LEVEL_ZERO_APT)}`, "
         "elsewhere your distribution's level-zero loader and development packages. Then run "
-        "`nox -s xpu_compile` again"
+        f"`nox -s {session.name}` again"
     )
 
 
-@nox.session(tags=["tests"])
-def xpu_compile(session: nox.Session) -> None:
-    """tq-triton's kernels compiled for Intel Xe2 to SPIR-V (Intel's Triton 3.3; no GPU, nothing run)."""
+def _compile(session: nox.Session, *args: str) -> None:
     _ensure_level_zero(session)
     cc = os.environ.get("CC", "g++")
     if not shutil.which(cc):
@@ -84,4 +87,23 @@ def xpu_compile(session: nox.Session) -> None:
             "TRITON_CACHE_DIR": cache,  # every run compiles from scratch
         }
         session.env.pop("TRITON_INTERPRET", None)
-        session.run("python", "-m", "tq_triton.xpu_compile", *session.posargs, env=env)
+        session.run("python", str(CHECK), *args, *session.posargs, env=env)
+
+
+@nox.session(tags=["tests"])
+def xpu_compile(session: nox.Session) -> None:
+    """A cover of tq-triton's xpu launches compiled for Intel Xe2 to SPIR-V (Intel's Triton 3.3;
+    no GPU, nothing run): each kernel with each preset, head_dim, GQA group, q bucket, tile
+    rows and table configuration at least once."""
+    _compile(session, "--cover")
+
+
+@nox.session(name="xpu_compile-full", tags=["full"])
+def xpu_compile_full(session: nox.Session) -> None:
+    """Every tq-triton xpu launch compiled for Intel Xe2 to SPIR-V (Intel's Triton 3.3; no GPU,
+    nothing run)."""
+    _compile(session)
+    # CI runs this session, not xpu_compile: check that its cover is still chosen (no compiles)
+    out = session.run("python", str(CHECK), "--cover", "--list", silent=True)
+    if isinstance(out, str):  # nox --install-only / dry runs return None
+        session.log(f"xpu_compile's cover (--cover): {out.strip().splitlines()[-1]}")

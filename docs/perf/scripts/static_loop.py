@@ -10,8 +10,8 @@ through the line table. Example, the shipped H200 decode configuration::
     PYTHONPATH=/tmp/t36:packages/tq-core/src:packages/tq-triton/src \\
         python3 docs/perf/scripts/static_loop.py --preset turboquant_k3v4_nc --block-kv 32 --warps 1
 
-``--gluon 1`` (``2``: two shared buffers per tile; ``3``: Hopper's warpgroup products, 64
-rows) counts the explicit-layout kernel (attention/gluon_kernel.py) instead.
+``--gluon 1`` counts the explicit-layout kernel (attention/gluon_kernel.py) instead, with
+``--wgmma 1`` Hopper's warpgroup products (64 rows).
 Static counts rank the work in a loop; they do not predict time (docs/perf/h200.md).
 """
 
@@ -59,11 +59,9 @@ def compile_kernel(args: argparse.Namespace):
         PREFETCH=args.prefetch,
         # as the launcher passes it: the prefetch mode stages loads by hand, without num_stages
         LOOP_STAGES=None if args.prefetch else args.stages,
-        VALUE_ACC=args.value_acc,
         # as the launcher passes them on an NVIDIA GPU (attention/launch.py)
         SATURATE_QUERY=False,
         KEY_LUT=args.key_lut if not p.key_is_fp8 and p.key_bits == 3 else 0,
-        VALUE_WORDS=bool(args.value_words) and p.value_bits == 4,
         BALANCE=False,
         SKIP_EMPTY=False,
     )
@@ -73,7 +71,7 @@ def compile_kernel(args: argparse.Namespace):
         "BlockTable": "*i32",
         "SeqLens": "*i32",
         "QueryStart": "*i32",
-        "Centroids": "*fp32" if p.key_is_fp8 else ("*i32" if args.key_lut else "*fp16"),
+        "Centroids": "*fp32" if p.key_is_fp8 else ("*i32" if args.key_lut and p.key_bits == 3 else "*fp16"),
         "Out": "*bf16",
         "Partial": "*fp32",
         "Lse": "*fp32",
@@ -162,9 +160,7 @@ def main() -> None:
     ap.add_argument("--warps", type=int, default=1)
     ap.add_argument("--prefetch", type=int, default=1)
     ap.add_argument("--stages", type=int, default=1)
-    ap.add_argument("--value-acc", type=int, default=1, choices=(0, 1))
     ap.add_argument("--key-lut", type=int, default=1, choices=(0, 1), help="3-bit keys: 1 register table (PTX)")
-    ap.add_argument("--value-words", type=int, default=0, choices=(0, 1))
     ap.add_argument("--splits", type=int, default=33)
     ap.add_argument("--max-registers", type=int, default=0)
     ap.add_argument("--top", type=int, default=25)
@@ -172,11 +168,11 @@ def main() -> None:
         "--gluon",
         type=int,
         default=0,
-        choices=(0, 1, 2, 3),
-        help="the explicit-layout kernel with 1 or 2 shared buffers per tile, or 3: one buffer and Hopper's "
-        "warpgroup products (64 rows) (fp8 or 3-bit keys, 4-bit values; one warp per 16 rows: --warps, "
-        "--prefetch, --stages, --value-acc, --key-lut, --value-words, --max-registers do not apply)",
+        choices=(0, 1),
+        help="1: the explicit-layout kernel (fp8 or 3-bit keys, 4-bit values; one warp per 16 rows: --warps, "
+        "--prefetch, --stages, --key-lut do not apply)",
     )
+    ap.add_argument("--wgmma", type=int, default=0, choices=(0, 1), help="with --gluon 1: Hopper's warpgroup products")
     args = ap.parse_args()
     if args.group * args.block_q < 16 or not math.log2(args.group).is_integer():
         ap.error("rows (group x block-q) must be >= 16 and group a power of two")
@@ -191,9 +187,8 @@ def main() -> None:
             args.block_kv,
             args.head_dim,
             args.splits,
-            buffers=2 if args.gluon == 2 else 1,
             maxnreg=args.max_registers,
-            wgmma=args.gluon == 3,
+            wgmma=bool(args.wgmma),
         )
         args.warps = args.group * args.block_q // 16
     else:

@@ -372,6 +372,15 @@ def test_plugin_that_cannot_load_fails_with_one_line(monkeypatch, capsys):
     assert exc.value.code == 2
 
 
+def test_write_json_and_utc_timestamp(tmp_path):
+    from tq_core.cli.output import utc_timestamp, write_json
+
+    path = tmp_path / "out.json"
+    write_json(path, {"a": [1, 2]})
+    assert path.read_text() == '{\n "a": [\n  1,\n  2\n ]\n}\n'
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", utc_timestamp())
+
+
 def test_table_lines_pad_align_and_rule():
     from tq_core.cli.table import table_lines
 

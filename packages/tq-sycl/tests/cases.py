@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from tq_core.contract import check_attention_args
 from tq_core.testing import PagedBatch, paged_batch
 from tq_sycl import kernel_args
 
@@ -24,7 +25,8 @@ def prepared(
 ) -> kernel_args.PreparedCall:
     """The kernel argument dict of ``case`` (validated once, as tq_sycl.attention does)."""
     q, kv, bt, sl, qsl, preset, scale = case.args()
-    checked = kernel_args.validate(q, kv, bt, sl, qsl, preset, scale, out, check_values=check_values)
+    values = kernel_args.checks_values(q) if check_values is None else check_values
+    checked = check_attention_args(q, kv, bt, sl, qsl, preset, scale, out, check_values=values)
     return kernel_args.prepare(checked, q, kv, bt, sl, qsl, scale, out, num_splits)
 
 

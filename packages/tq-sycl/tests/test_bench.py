@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from tq_sycl import bench
@@ -14,3 +17,15 @@ def test_bench_says_what_is_missing(capsys):
     err = capsys.readouterr().err
     assert err.startswith("tq_sycl.bench: cannot run: ")
     assert "torch.xpu" in err or "stock build" in err
+
+
+def test_no_other_backend_imported():
+    # backends meet only through tq_core's registry (tq_core.contract), never by import
+    src = Path(bench.__file__).parent
+    found = [
+        f"{path.relative_to(src)}:{n}"
+        for path in sorted(src.rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.match(r"\s*(import|from)\s+tq_(?!core\b|sycl\b)\w", line)
+    ]
+    assert found == []

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import IO
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from cases import make_case, prepared
 
 import tq_core
 from tq_core.errors import RangeError
-from tq_core.testing import assert_attention_close
+from tq_core.testing import PagedBatch, assert_attention_close
 from tq_sycl.bridge import protocol
 from tq_sycl.bridge.client import DEFAULT_REQUEST_TIMEOUT, DEFAULT_START_TIMEOUT, Bridge
 from tq_sycl.errors import (
@@ -216,13 +217,18 @@ def _killed(b: Bridge) -> None:
     assert not pid_alive(pid)
 
 
-def test_child_killed_between_requests_gives_a_crash_error_and_frees_everything(gen):
-    case = make_case(gen, "turboquant_k8v4", seq_lens=[21], q_lens=[2])
+def _served_one_call(case: PagedBatch) -> tuple[Bridge, str, IO[bytes] | None]:
+    """A started fault-child bridge that has run ``case``: it, its shared-memory segment's
+    path and its stderr file."""
     b = Bridge("host", argv=[*FAULT_CHILD, *HOST], request_timeout=60)
     b.start()
     b.attention(prepared(case), "host")
-    shm = os.path.join(protocol.SHM_DIR, b.request("status")["segment"])
-    stderr = b._stderr
+    return b, os.path.join(protocol.SHM_DIR, b.request("status")["segment"]), b._stderr
+
+
+def test_child_killed_between_requests_gives_a_crash_error_and_frees_everything(gen):
+    case = make_case(gen, "turboquant_k8v4", seq_lens=[21], q_lens=[2])
+    b, shm, stderr = _served_one_call(case)
     assert os.path.exists(shm) and stderr is not None and not stderr.closed
     _killed(b)
     with pytest.raises(BridgeCrashError, match=r"was killed by SIGKILL (before|during) 'attention'"):
@@ -235,12 +241,7 @@ def test_child_killed_between_requests_gives_a_crash_error_and_frees_everything(
 
 
 def test_close_after_the_child_died_frees_everything(gen):
-    case = make_case(gen, "turboquant_3bit_nc", seq_lens=[12], q_lens=[1])
-    b = Bridge("host", argv=[*FAULT_CHILD, *HOST], request_timeout=60)
-    b.start()
-    b.attention(prepared(case), "host")
-    shm = os.path.join(protocol.SHM_DIR, b.request("status")["segment"])
-    stderr = b._stderr
+    b, shm, stderr = _served_one_call(make_case(gen, "turboquant_3bit_nc", seq_lens=[12], q_lens=[1]))
     # a request left half-written in the pipe's buffer must not break close() either
     b._proc.stdin.write(b'{"id": 0, "op": "status"')
     _killed(b)

@@ -10,7 +10,7 @@ from cases import make_case, prepared, randint
 
 import tq_core
 import tq_sycl
-from tq_core.contract import KernelFields, gather_kv
+from tq_core.contract import KernelFields, check_attention_args, gather_kv
 from tq_core.errors import DeviceError, LayoutError, PresetError, RangeError, ShapeError
 from tq_core.testing import assert_attention_close, ragged_lengths
 from tq_sycl import kernel_args
@@ -206,7 +206,7 @@ def canary_views(case, fill):
 
 def run_unchecked(case, kv, q, out, bt, sl, qsl, num_splits):
     """The host core on metadata nobody checked (the device path's default, no TQ_DEBUG)."""
-    checked = kernel_args.validate(q, kv, bt, sl, qsl, case.preset, case.scale, out, check_values=False)
+    checked = check_attention_args(q, kv, bt, sl, qsl, case.preset, case.scale, out, check_values=False)
     call = kernel_args.prepare(checked, q, kv, bt, sl, qsl, case.scale, out, num_splits)
     host_module().attention(call.args)
     return call.finish()

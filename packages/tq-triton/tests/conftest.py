@@ -9,6 +9,12 @@ The interpreter must be switched on before triton is imported (``triton.jit`` re
 the kernels are defined), so this runs first. Sizes scale with the device: small under the
 interpreter (CI), real on a GPU. The choice is written back to ``TQ_TEST_DEVICE`` for the
 helpers and printed in pytest's header. ``seed`` and ``gen`` come from tq-core's test kit.
+
+``TQ_TEST_QUICK=1`` (the ``tests-triton`` nox session; ``tests-triton-full`` runs everything)
+keeps, per test function, a cover of its parametrised cases: each value of each
+``parametrize`` (a row, where one ``parametrize`` names several arguments) and of each
+parametrised fixture in at least one kept case, not their product; the other cases are
+deselected. Tests without parameters always run.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ import os
 
 import pytest
 import torch
+
+from tq_core.testing.quick import deselect, in_folder, outside_cover, quick_enabled
 
 pytest_plugins = ["tq_core.testing.plugin"]
 
@@ -48,3 +56,8 @@ def pytest_report_header() -> str:
 @pytest.fixture
 def device() -> torch.device:
     return torch.device(DEVICE)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if quick_enabled():
+        deselect(config, items, outside_cover(in_folder(items, __file__)))

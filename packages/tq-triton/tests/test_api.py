@@ -17,6 +17,7 @@ import tq_triton
 from tq_core.contract import load_backend, select_backend
 from tq_triton import tuning
 from tq_triton.attention import launch, plan
+from tq_triton.device import DeviceFacts
 
 
 def test_cpu_tensors_without_interpreter_point_to_tq_core():
@@ -70,7 +71,9 @@ def test_debug_mode_checks_metadata_values(monkeypatch, device):
         ("TQ_NUM_WARPS", "x", "integer"),
         ("TQ_NUM_KV_SPLITS", "-1", "in \\["),
         ("TQ_MAX_REGISTERS", "256", "in \\["),
-        ("TQ_VALUE_ACC", "2", "in \\["),
+        ("TQ_VALUE_ACC", "1", "was removed"),
+        ("TQ_GLUON", "3", "in \\["),
+        ("TQ_WGMMA", "2", "in \\["),
         ("TQ_MIN_ROWS", "48", "power of two"),
         ("TQ_MIN_ROWS", "8", "in \\["),
     ],
@@ -164,7 +167,7 @@ def test_both_launchers_pass_the_tables_launch_options(monkeypatch, gen, device)
     monkeypatch.setattr(launch, "attention_kernel", grabs["attention"])
     options = {"grf_mode": "large"}
     monkeypatch.setattr(st, "launch_options", lambda dev: dict(options))
-    monkeypatch.setattr(launch, "launch_options", lambda dev: dict(options))
+    monkeypatch.setattr(plan, "launch_options", lambda dev: dict(options))
     b = make_batch(gen, "turboquant_k3v4_nc", [5, 9], [1, 2], head_dim=64, num_kv_heads=1, group=2, device=device)
     key = torch.randn(3, 1, 64, generator=gen).to(device, torch.bfloat16)
     slots = torch.tensor([0, 1, 2], device=device)
@@ -175,11 +178,16 @@ def test_both_launchers_pass_the_tables_launch_options(monkeypatch, gen, device)
         assert grab.kwargs.get("grf_mode") == "large", name
 
 
-def test_register_cap_reaches_cuda_launches_only():
-    assert tuning.register_cap(torch.device("cuda", 0), 128) == {"maxnreg": 128}
-    assert tuning.register_cap(torch.device("cuda", 0), 0) == {}
-    assert tuning.register_cap(torch.device("xpu", 0), 128) == {}
-    assert tuning.register_cap(torch.device("cpu"), 128) == {}
+@pytest.mark.parametrize(("nvidia", "cap", "want"), [(True, 128, {"maxnreg": 128}), (True, 0, {}), (False, 128, {})])
+def test_register_cap_reaches_nvidia_launches_only(nvidia, cap, want, monkeypatch):
+    facts = DeviceFacts("some GPU", nvidia, (9, 0) if nvidia else (0, 0), 132)
+    monkeypatch.setattr(plan, "device_facts", lambda dev: facts)
+    monkeypatch.setattr(plan, "launch_options", lambda dev: {})
+    cfg = tuning.AttentionConfig(max_registers=cap)
+    p = tq_core.get_preset("turboquant_k8v4")
+    fields = p.kernel_fields(p.block_layout(64, 16, 1)).constexprs()
+    got = plan.plan_attention(torch.device("cpu"), p, fields, 4, 1, 2, 1, 16, config=cfg)
+    assert got.options == want
 
 
 def test_sweep_grid_varies_waves_only_where_they_choose_the_splits():
@@ -187,15 +195,16 @@ def test_sweep_grid_varies_waves_only_where_they_choose_the_splits():
 
     grid = attention_grid([32, 64], [1, 4], [(1, 1), (0, 3)], [0, 32], [0], [16, 64])
     assert len(grid) == 2 * 2 * 2 * (2 + 1)
-    assert {c.value_acc for c in grid} == {tuning.AttentionConfig.value_acc}
-    both = attention_grid([32], [1], [(1, 1)], [0, 32], [0], [16, 64], [0, 1])
-    assert len(both) == 2 * (2 + 1) and {c.value_acc for c in both} == {0, 1}
+    both = attention_grid([32], [1], [(1, 1)], [0, 32], [0], [16, 64], gluon=[0, 1])
+    assert len(both) == 2 * (2 + 1) and {c.gluon for c in both} == {0, 1}
     assert {c.waves for c in grid if c.kv_splits == 0} == {16, 64}
     assert {c.waves for c in grid if c.kv_splits == 32} == {tuning.AttentionConfig.waves}
     assert len(set(grid)) == len(grid)
-    knobs = attention_grid([32], [1], [(1, 1)], [32], [0], [16], None, [0, 1, 2], [0, 1])
-    assert {(c.key_lut, c.value_words) for c in knobs} == {(k, v) for k in (0, 1, 2) for v in (0, 1)}
+    knobs = attention_grid([32], [1], [(1, 1)], [32], [0], [16], key_lut=[0, 1, 2], wgmma=[0, 1])
+    assert {(c.key_lut, c.wgmma) for c in knobs} == {(k, v) for k in (0, 1, 2) for v in (0, 1)}
     assert {c.key_lut for c in grid} == {tuning.AttentionConfig.key_lut}
+    with pytest.raises(TypeError, match="value_acc"):
+        attention_grid([32], [1], [(1, 1)], [32], [0], [16], value_acc=[0])
     budgets = attention_grid([32], [1], [(1, 1)], [32], [0], [16], split_budget=[0, 4])
     assert [c.split_budget for c in budgets] == [0, 4]
     assert {c.split_budget for c in grid} == {tuning.AttentionConfig.split_budget}
@@ -216,9 +225,9 @@ def test_sweep_entry_reads_back_as_the_measured_config(kv_splits):
         waves=64,
         prefetch=0,
         max_registers=128,
-        value_acc=0,
         key_lut=2,
-        value_words=1,
+        gluon=1,
+        wgmma=1,
         split_budget=4,
         skip_empty=1,
     )
@@ -240,11 +249,10 @@ def test_sweep_entry_reads_back_as_the_measured_config(kv_splits):
         (512, 8, 4, 64, 1),
     ],
 )
-def test_split_count_from_waves(monkeypatch, reqs, heads, waves, cap, want):
-    monkeypatch.setattr(plan, "multiprocessor_count", lambda dev: 132)
+def test_split_count_from_waves(reqs, heads, waves, cap, want):
     cfg = tuning.AttentionConfig(waves=waves, max_kv_splits=cap)
-    assert plan.plan_splits(cfg, torch.device("cpu"), reqs, heads) == want
-    assert plan.plan_splits(replace(cfg, kv_splits=7), torch.device("cpu"), reqs, heads) == 7
+    assert plan.plan_splits(cfg, 132, reqs, heads) == want
+    assert plan.plan_splits(replace(cfg, kv_splits=7), 132, reqs, heads) == 7
 
 
 @pytest.mark.parametrize(
@@ -321,13 +329,17 @@ def test_shipped_tables_hold_only_what_the_loader_reads(name):
             "turboquant_k3v4_nc",
             1,
             16,
-            {"block_kv": 32, "num_warps": 1, "value_acc": 1, "value_words": 1, "gluon": 1},
+            {"block_kv": 32, "num_warps": 1, "gluon": 1, "wgmma": 0, "split_budget": 0},
         ),
         ("NVIDIA H200", "turboquant_k8v4", 1, 16, {"num_stages": 3, "prefetch": 0, "max_registers": 168, "gluon": 0}),
-        ("NVIDIA H200", "turboquant_k8v4", 8, 32, {"block_kv": 64, "kv_splits": 16, "gluon": 1}),
-        ("NVIDIA H200", "turboquant_k8v4", 8, 64, {"block_kv": 64, "kv_splits": 16, "gluon": 3}),
+        ("NVIDIA H200", "turboquant_k8v4", 8, 32, {"block_kv": 64, "kv_splits": 16, "gluon": 1, "split_budget": 4}),
+        ("NVIDIA H200", "turboquant_k8v4", 8, 32, {"wgmma": 0, "skip_empty": 0}),
+        ("NVIDIA H200", "turboquant_k8v4", 8, 64, {"block_kv": 64, "kv_splits": 16, "gluon": 1, "wgmma": 1}),
+        ("NVIDIA H200", "turboquant_k8v4", 8, 64, {"split_budget": 0, "skip_empty": 0}),
         ("NVIDIA H200", "turboquant_k3v4_nc", 8, 32, {"block_kv": 64, "kv_splits": 16, "min_rows": 16, "gluon": 1}),
-        ("NVIDIA H200", "turboquant_k3v4_nc", 8, 64, {"block_kv": 64, "kv_splits": 16, "min_rows": 64, "gluon": 3}),
+        ("NVIDIA H200", "turboquant_k3v4_nc", 8, 32, {"wgmma": 0, "split_budget": 4, "skip_empty": 1}),
+        ("NVIDIA H200", "turboquant_k3v4_nc", 8, 64, {"block_kv": 64, "kv_splits": 16, "min_rows": 64, "gluon": 1}),
+        ("NVIDIA H200", "turboquant_k3v4_nc", 8, 64, {"wgmma": 1, "split_budget": 0, "skip_empty": 0}),
         ("NVIDIA H200", "turboquant_k8v4", 8, 32, {"min_rows": 16}),
         ("NVIDIA H200", "turboquant_4bit_nc", 8, 32, {"block_kv": 64, "num_warps": 4, "kv_splits": 32}),
         ("Intel(R) Arc(TM) B580 Graphics", "turboquant_k8v4", 8, 32, {"block_kv": 32, "prefetch": 0, "waves": 2}),

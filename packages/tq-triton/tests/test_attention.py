@@ -13,7 +13,7 @@ from tqt_helpers import ON_GPU, assert_close, make_batch, reference, run_triton
 import tq_core
 import tq_triton
 from tq_triton.attention.bounds import balanced_chunk, request_bounds
-from tq_triton.attention.launch import kernel_constexprs
+from tq_triton.attention.plan import kernel_constexprs
 
 PRESETS = list(tq_core.PRESETS)
 
@@ -35,20 +35,17 @@ def test_matches_reference_ragged(preset, head_dim, group, gen, device):
 
 @pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.parametrize(
-    ("block_size", "splits", "value_acc"),
+    ("block_size", "splits"),
     [
-        (16, 32, None),
-        (128, 1, None),
-        (128, 32, None),
-        # both ways of summing the value product on one split over the longest sequences: the
-        # in-matrix-unit accumulation must not drift with sequence length (tensor cores truncate)
-        (16, 1, "0"),
-        (16, 1, "1"),
+        (16, 32),
+        (128, 1),
+        (128, 32),
+        # one split over the longest sequences: the value product's accumulation inside the
+        # matrix unit must not drift with sequence length (tensor cores truncate)
+        (16, 1),
     ],
 )
-def test_long_sequences_splits_and_value_accumulation(preset, block_size, splits, value_acc, gen, device, monkeypatch):
-    if value_acc is not None:
-        monkeypatch.setenv("TQ_VALUE_ACC", value_acc)
+def test_long_sequences_splits_and_value_accumulation(preset, block_size, splits, gen, device):
     b = make_batch(gen, preset, *LONG, head_dim=128, num_kv_heads=2, group=4, block_size=block_size, device=device)
     assert_close(*run_triton(b, splits=splits))
 
@@ -78,33 +75,6 @@ def test_balanced_splits(preset, budget, splits, gen, device, monkeypatch):
     seq_lens, q_lens = [700, 5, 129, 1, 300, 64], [1, 2, 8, 1, 3, 0]
     b = make_batch(gen, preset, seq_lens, q_lens, head_dim=64, num_kv_heads=2, group=2, device=device)
     assert_close(*run_triton(b, splits=splits))
-
-
-@pytest.mark.parametrize("preset", ["turboquant_k3v4_nc", "turboquant_k8v4"])
-@pytest.mark.parametrize("value_words", ["0", "1"])
-def test_bf16_partials(preset, value_words, gen, device, monkeypatch):
-    """``bf16_partials``: the kv splits' partial outputs in bf16 (both column orders of the
-    merge); the result still matches tq-core, and the workspace the merge reads is bf16."""
-    monkeypatch.setenv("TQ_BF16_PARTIALS", "1")
-    monkeypatch.setenv("TQ_VALUE_WORDS", value_words)
-    seen = []
-    launch_module = importlib.import_module("tq_triton.attention.launch")
-    real = launch_module.merge_kernel
-
-    class Recorder:
-        def __getitem__(self, grid):
-            def launch(partial, *args, **kwargs):
-                seen.append(partial.dtype)
-                return real[grid](partial, *args, **kwargs)
-
-            return launch
-
-    monkeypatch.setattr(launch_module, "merge_kernel", Recorder())
-    shape = {"head_dim": 64, "num_kv_heads": 2, "group": 2}
-    b = make_batch(gen, preset, [700, 5, 129, 1, 300], [1, 2, 8, 1, 3], device=device, **shape)
-    for splits in (1, 5):
-        assert_close(*run_triton(b, splits=splits))
-    assert seen == [torch.bfloat16]  # one merge: the call with 5 splits
 
 
 @pytest.mark.parametrize("preset", ["turboquant_k3v4_nc", "turboquant_k8v4"])

@@ -54,7 +54,7 @@ def test_cli_help(cmd, capsys):
         (["bench", "--block-size", "1"], "block_size=1"),
         (["sweep", "--buckets", "q1,q3"], "unknown bucket 'q3'"),
         (["sweep", "--modes", "prefetch:1,eager:2"], "argument --modes"),
-        (["sweep", "--value-acc", "0,2"], "argument --value-acc"),
+        (["sweep", "--wgmma", "0,2"], "argument --wgmma"),
         (["sweep", "--warps", "0"], "argument --warps"),
         (["sweep", "--seq-len", "-5"], "argument --seq-len"),
         (["profile", "--shape", "decode-1m"], "argument --shape"),

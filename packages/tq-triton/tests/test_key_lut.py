@@ -13,7 +13,8 @@ import torch
 from tqt_helpers import assert_close, make_batch, run_triton
 
 import tq_core
-from tq_triton.attention.launch import key_lut_mode
+from tq_triton.attention.plan import key_lut_mode
+from tq_triton.device import DeviceFacts
 from tq_triton.device_tensors import codebook
 from tq_triton.key_lut import _LUT_PTX, group_selectors, lut_words
 from tq_triton.tuning import AttentionConfig
@@ -78,7 +79,7 @@ def test_group_selectors_match_the_bit_stream(gen):
 
 
 def test_mode_follows_the_knob_and_only_3bit_codebook_keys():
-    cpu = torch.device("cpu")
+    cpu = DeviceFacts("interpreter", False, (0, 0), 4)
     k3 = tq_core.get_preset("turboquant_k3v4_nc")
     # the default uses the table only where the byte permute is native (never the interpreter)
     assert key_lut_mode(k3, AttentionConfig(), cpu) == 0
@@ -88,6 +89,8 @@ def test_mode_follows_the_knob_and_only_3bit_codebook_keys():
     assert key_lut_mode(tq_core.get_preset("turboquant_k8v4"), force, cpu) == 0
     assert key_lut_mode(tq_core.get_preset("turboquant_4bit_nc"), force, cpu) == 0
     assert key_lut_mode(tq_core.get_preset("turboquant_3bit_nc"), force, cpu) == 2
+    nvidia = DeviceFacts("NVIDIA H200", True, (9, 0), 132)
+    assert key_lut_mode(k3, AttentionConfig(), nvidia) == 1 == key_lut_mode(k3, force, nvidia)
 
 
 @pytest.mark.parametrize("key_lut", ["0", "2"])

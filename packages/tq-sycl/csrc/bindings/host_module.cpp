@@ -53,27 +53,10 @@ py::tuple dequant_block(const py::dict& args, int64_t block, int32_t head) {
 }
 
 // Number-format round trips, vectorised over a uint16/uint8/float32 array.
-py::array_t<float> half_to_float(const py::array_t<uint16_t, py::array::c_style>& h) {
-  py::array_t<float> out(h.size());
-  for (py::ssize_t i = 0; i < h.size(); ++i) out.mutable_data()[i] = tq::half_to_float(h.data()[i]);
-  return out;
-}
-
-py::array_t<uint16_t> float_to_half(const py::array_t<float, py::array::c_style>& f) {
-  py::array_t<uint16_t> out(f.size());
-  for (py::ssize_t i = 0; i < f.size(); ++i) out.mutable_data()[i] = tq::float_to_half(f.data()[i]);
-  return out;
-}
-
-py::array_t<uint16_t> float_to_bf16(const py::array_t<float, py::array::c_style>& f) {
-  py::array_t<uint16_t> out(f.size());
-  for (py::ssize_t i = 0; i < f.size(); ++i) out.mutable_data()[i] = tq::float_to_bf16(f.data()[i]);
-  return out;
-}
-
-py::array_t<float> fp8_to_float(const py::array_t<uint8_t, py::array::c_style>& b) {
-  py::array_t<float> out(b.size());
-  for (py::ssize_t i = 0; i < b.size(); ++i) out.mutable_data()[i] = tq::fp8_e4m3fn_to_float(b.data()[i]);
+template <typename From, typename To, To (*Convert)(From)>
+py::array_t<To> convert(const py::array_t<From, py::array::c_style>& a) {
+  py::array_t<To> out(a.size());
+  for (py::ssize_t i = 0; i < a.size(); ++i) out.mutable_data()[i] = Convert(a.data()[i]);
   return out;
 }
 
@@ -87,8 +70,8 @@ PYBIND11_MODULE(_host, m) {
   m.def("attention", &attention, py::arg("args"));
   m.def("kernel_fields", &kernel_fields, py::arg("args"));
   m.def("dequant_block", &dequant_block, py::arg("args"), py::arg("block"), py::arg("head"));
-  m.def("half_to_float", &half_to_float);
-  m.def("float_to_half", &float_to_half);
-  m.def("float_to_bf16", &float_to_bf16);
-  m.def("fp8_to_float", &fp8_to_float);
+  m.def("half_to_float", &convert<uint16_t, float, tq::half_to_float>);
+  m.def("float_to_half", &convert<float, uint16_t, tq::float_to_half>);
+  m.def("float_to_bf16", &convert<float, uint16_t, tq::float_to_bf16>);
+  m.def("fp8_to_float", &convert<uint8_t, float, tq::fp8_e4m3fn_to_float>);
 }

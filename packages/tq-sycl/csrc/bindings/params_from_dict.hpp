@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "tq/head_dim.hpp"
 #include "tq/numeric.hpp"
@@ -38,12 +39,44 @@ P* ptr_or_null(const py::dict& a, const char* key) {
   return reinterpret_cast<P*>(static_cast<uintptr_t>(get_or<uint64_t>(a, key, 0)));
 }
 
+// The keys of tq_core.layout.KernelFields and the members they fill: f(key, member) for
+// each, in this order (a Preset / BlockLayout, const or not). preset_from_dict and
+// layout_from_dict read them, fields_to_dict writes them back.
+template <typename P, typename F>
+void visit_preset_fields(P& pr, F&& f) {
+  f("key_fp8", pr.key_fp8);
+  f("key_bits", pr.key_bits);
+  f("value_bits", pr.value_bits);
+  f("norm_correction", pr.norm_correction);
+}
+
+template <typename L, typename F>
+void visit_layout_fields(L& l, F&& f) {
+  f("head_dim", l.head_dim);
+  f("block_size", l.block_size);
+  f("head_stride", l.head_stride);
+  f("key_offset", l.key_offset);
+  f("key_width", l.key_width);
+  f("norm_offset", l.norm_offset);
+  f("value_offset", l.value_offset);
+  f("value_width", l.value_width);
+  f("scale_offset", l.scale_offset);
+  f("zero_offset", l.zero_offset);
+}
+
+// A visitor that sets each member to get<its type>(a, key).
+inline auto read_from(const py::dict& a) {
+  return [&a](const char* key, auto& member) { member = get<std::remove_reference_t<decltype(member)>>(a, key); };
+}
+
+// A visitor that stores each member under its key.
+inline auto write_to(py::dict& d) {
+  return [&d](const char* key, const auto& member) { d[key] = member; };
+}
+
 inline Preset preset_from_dict(const py::dict& a) {
   Preset pr{};
-  pr.key_fp8 = get<int32_t>(a, "key_fp8");
-  pr.key_bits = get<int32_t>(a, "key_bits");
-  pr.value_bits = get<int32_t>(a, "value_bits");
-  pr.norm_correction = get<int32_t>(a, "norm_correction");
+  visit_preset_fields(pr, read_from(a));
   if (pr.key_bits < 1 || pr.key_bits > 8 || pr.value_bits < 1 || pr.value_bits > 8)
     throw py::value_error("attention args: key_bits/value_bits must be 1..8");
   return pr;
@@ -53,16 +86,7 @@ inline Preset preset_from_dict(const py::dict& a) {
 // only so that a malformed dict cannot address memory outside a head region.
 inline BlockLayout layout_from_dict(const py::dict& a, const Preset& pr) {
   BlockLayout l{};
-  l.head_dim = get<int32_t>(a, "head_dim");
-  l.block_size = get<int32_t>(a, "block_size");
-  l.head_stride = get<int64_t>(a, "head_stride");
-  l.key_offset = get<int64_t>(a, "key_offset");
-  l.key_width = get<int32_t>(a, "key_width");
-  l.norm_offset = get<int64_t>(a, "norm_offset");
-  l.value_offset = get<int64_t>(a, "value_offset");
-  l.value_width = get<int32_t>(a, "value_width");
-  l.scale_offset = get<int64_t>(a, "scale_offset");
-  l.zero_offset = get<int64_t>(a, "zero_offset");
+  visit_layout_fields(l, read_from(a));
   dispatch_head_dim(l.head_dim, "attention args", [](auto) {});
   if (l.block_size < 1) throw py::value_error("attention args: block_size must be >= 1");
   if ((pr.key_fp8 != 0) != (l.norm_offset < 0))
@@ -134,20 +158,8 @@ inline AttentionParams params_from_dict(const py::dict& a) {
 // it to the tq_core.layout.KernelFields it was given).
 inline py::dict fields_to_dict(const Preset& pr, const BlockLayout& l) {
   py::dict d;
-  d["key_fp8"] = pr.key_fp8;
-  d["key_bits"] = pr.key_bits;
-  d["value_bits"] = pr.value_bits;
-  d["norm_correction"] = pr.norm_correction;
-  d["head_dim"] = l.head_dim;
-  d["block_size"] = l.block_size;
-  d["head_stride"] = l.head_stride;
-  d["key_offset"] = l.key_offset;
-  d["key_width"] = l.key_width;
-  d["norm_offset"] = l.norm_offset;
-  d["value_offset"] = l.value_offset;
-  d["value_width"] = l.value_width;
-  d["scale_offset"] = l.scale_offset;
-  d["zero_offset"] = l.zero_offset;
+  visit_preset_fields(pr, write_to(d));
+  visit_layout_fields(l, write_to(d));
   return d;
 }
 

@@ -28,15 +28,9 @@ void rotate_queries(const AttentionParams& p) {
   }
 }
 
-void run_program(const AttentionParams& p, int64_t tile, int32_t head, int32_t split) {
-  TileRows t;
-  if (!locate_tile(p, tile, &t)) return;
+void run_program(const AttentionParams& p, const Program& prog) {
+  const auto& [tile, head, split, t, g, rows, begin, end] = prog;
   const int32_t d = p.layout.head_dim;
-  const int32_t g = group_size(p);
-  const int32_t rows = t.row_end - t.row_begin;
-  int32_t begin = 0;
-  int32_t end = 0;
-  split_range(t.kv_end, p.num_splits, split, &begin, &end);
 
   std::vector<float> m(rows, neg_inf());
   std::vector<float> l(rows, 0.f);
@@ -140,9 +134,10 @@ void attention(AttentionParams p) {
   p.ws_acc = ws_acc.data();
   p.ws_m = ws_m.data();
   p.ws_l = ws_l.data();
-  for (int64_t tile = 0; tile < tiles; ++tile)
-    for (int32_t h = 0; h < p.num_kv_heads; ++h)
-      for (int32_t s = 0; s < p.num_splits; ++s) run_program(p, tile, h, s);
+  for (int64_t i = 0; i < num_programs(p); ++i) {
+    Program prog;
+    if (locate_program(p, i, &prog)) run_program(p, prog);
+  }
   for (int64_t tile = 0; tile < tiles; ++tile)
     for (int32_t h = 0; h < p.num_kv_heads; ++h) merge_tile(p, tile, h);
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "tq/params.hpp"
+#include "tq/schedule.hpp"
 
 namespace tq::host {
 
@@ -16,8 +17,8 @@ namespace tq::host {
 // multiplied by scale * log2(e).
 void rotate_queries(const AttentionParams& p);
 
-// One program: writes the split partials (acc, m, l) of all rows of `tile`.
-void run_program(const AttentionParams& p, int64_t tile, int32_t head, int32_t split);
+// One program (tq::locate_program): writes the split partials (acc, m, l) of all its rows.
+void run_program(const AttentionParams& p, const Program& prog);
 
 // Combines the split partials of `tile` and writes the output rows.
 void merge_tile(const AttentionParams& p, int64_t tile, int32_t head);

@@ -74,27 +74,18 @@ sycl::event esimd_dkv(sycl::queue& q, const AttentionParams& p) {
   constexpr int NC = DS / 16;             // output chunks of 16 in a slice
   constexpr int KW = KBITS;               // words per 32 key codes (fp8: 8)
   constexpr bool FP8 = KBITS == 8;
-  const int64_t threads = num_row_tiles(p) * p.num_kv_heads * p.num_splits * NSL;
+  const int64_t threads = num_programs(p) * NSL;
   if (threads == 0) return sycl::event{};
   return q.submit([&](sycl::handler& h) {
     const AttentionParams pp = p;
     h.parallel_for<EsimdAttentionKernel<D, KBITS, VBITS>>(
         sycl::range<1>(static_cast<size_t>(threads)), [=](sycl::id<1> id) SYCL_ESIMD_KERNEL {
-          int64_t idx = static_cast<int64_t>(id[0]);
+          const int64_t idx = static_cast<int64_t>(id[0]);
           const int slice = static_cast<int>(idx % NSL);
-          idx /= NSL;
-          const int32_t split = static_cast<int32_t>(idx % pp.num_splits);
-          idx /= pp.num_splits;
-          const int32_t head = static_cast<int32_t>(idx % pp.num_kv_heads);
-          const int64_t tile = idx / pp.num_kv_heads;
-          TileRows t;
-          if (!locate_tile(pp, tile, &t)) return;
-          const int32_t g = group_size(pp);
-          const int32_t rows = t.row_end - t.row_begin;
+          Program prog;
+          if (!locate_program(pp, idx / NSL, &prog)) return;
+          const auto& [tile, head, split, t, g, rows, begin, end] = prog;
           const BlockLayout& lay = pp.layout;
-          int32_t begin = 0;
-          int32_t end = 0;
-          split_range(t.kv_end, pp.num_splits, split, &begin, &end);
           const float ninf = -std::numeric_limits<float>::infinity();
 
           // rotated queries as the DPAS A operand, chunk-major: chunk kc = rows x 16 halves

@@ -18,8 +18,8 @@
 #include <sycl/ext/oneapi/matrix/matrix.hpp>
 #include <sycl/sycl.hpp>
 
+#include "sg_dequant.hpp"
 #include "sycl_common.hpp"
-#include "tq/dequant.hpp"
 #include "tq/schedule.hpp"
 #include "tq/softmax.hpp"
 
@@ -54,7 +54,7 @@ sycl::event jm_d(sycl::queue& q, const AttentionParams& p) {
   constexpr int WG = NSG * SG;
   constexpr int T = kTileTokens;
   static_assert(T == N && T == K, "one tile is one N (scores) and one K (P V)");
-  const int64_t groups = num_row_tiles(p) * p.num_kv_heads * p.num_splits;
+  const int64_t groups = num_programs(p);
   if (groups == 0) return sycl::event{};
   const size_t slm = sizeof(fp16) * (2 * T * D + kRowsPerTile * D + NSG * M * N) + sizeof(float) * NSG * (M * N + M) +
                      sizeof(int32_t) * T;
@@ -69,14 +69,11 @@ sycl::event jm_d(sycl::queue& q, const AttentionParams& p) {
     sycl::local_accessor<int32_t, 1> valid_s(sycl::range<1>(T), h);
     const AttentionParams pp = p;
     h.parallel_for<JointMatrixAttentionKernel<D>>(
-        sycl::nd_range<1>(sycl::range<1>(static_cast<size_t>(groups) * WG), sycl::range<1>(WG)),
-        [=](sycl::nd_item<1> it) [[sycl::reqd_sub_group_size(16)]] {
-          const int64_t gid = static_cast<int64_t>(it.get_group(0));
-          const int32_t split = static_cast<int32_t>(gid % pp.num_splits);
-          const int32_t head = static_cast<int32_t>((gid / pp.num_splits) % pp.num_kv_heads);
-          const int64_t tile = gid / pp.num_splits / pp.num_kv_heads;
-          TileRows t;
-          if (!locate_tile(pp, tile, &t)) return;  // uniform over the work-group
+        work_groups(groups, WG), [=](sycl::nd_item<1> it) [[sycl::reqd_sub_group_size(16)]] {
+          Program prog;
+          // uniform over the work-group
+          if (!locate_program(pp, static_cast<int64_t>(it.get_group(0)), &prog)) return;
+          const auto& [tile, head, split, t, g, rows, begin, end] = prog;
 
           sycl::sub_group sg = it.get_sub_group();
           const int lane = static_cast<int>(sg.get_local_linear_id());
@@ -84,12 +81,6 @@ sycl::event jm_d(sycl::queue& q, const AttentionParams& p) {
           const int rg = sgid % RG;
           const int slice = sgid / RG;
           const int lid = static_cast<int>(it.get_local_linear_id());
-          const int32_t g = group_size(pp);
-          const int32_t rows = t.row_end - t.row_begin;
-          const BlockLayout& lay = pp.layout;
-          int32_t begin = 0;
-          int32_t end = 0;
-          split_range(t.kv_end, pp.num_splits, split, &begin, &end);
 
           // Q rows of the tile into SLM as fp16 (dead rows zero)
           for (int i = lid; i < kRowsPerTile * D; i += WG) {
@@ -121,35 +112,11 @@ sycl::event jm_d(sycl::queue& q, const AttentionParams& p) {
             const int32_t n = sycl::min(T, end - pos0);
             sycl::group_barrier(it.get_group());  // previous tile fully consumed (and q_s written)
             for (int j = sgid; j < T; j += NSG) {
-              const int64_t blk = j < n ? block_of(pp, t.req, pos0 + j) : -1;
-              if (lane == 0) valid_s[j] = blk >= 0 ? 1 : 0;
-              if (blk < 0) {
-                for (int c = lane; c < D; c += SG) {
-                  kt_s[c * T + j] = fp16(0.f);
-                  v_s[j * D + c] = fp16(0.f);
-                }
-                continue;
-              }
-              const uint8_t* region = head_region(pp.cache, pp.cache_block_stride, blk, head, lay);
-              const int32_t off = (pos0 + j) % lay.block_size;
-              const uint8_t* krow = key_row(region, off, lay);
-              float sumsq = 0.f;
-              for (int c = lane; c < D; c += SG) {
-                const float v = key_coord_raw(krow, c, pp.preset, pp.centroids);
-                sumsq += v * v;
-              }
-              float mul = 1.f;
-              if (!pp.preset.key_fp8) {
-                sumsq = sycl::reduce_over_group(sg, sumsq, sycl::plus<float>());
-                mul = key_row_multiplier(key_norm(region, off, lay), sumsq, pp.preset.norm_correction != 0);
-              }
-              const uint8_t* vrow = value_row(region, off, lay);
-              const float vscale = value_scale(region, off, lay);
-              const float vzero = value_zero(region, off, lay);
-              for (int c = lane; c < D; c += SG) {
-                kt_s[c * T + j] = fp16(key_coord_raw(krow, c, pp.preset, pp.centroids) * mul);
-                v_s[j * D + c] = fp16(value_coord(vrow, c, pp.preset.value_bits, vscale, vzero));
-              }
+              const bool read = dequant_token<D>(sg, pp, t.req, head, pos0 + j, j < n, [&](int c, float k, float v) {
+                kt_s[c * T + j] = fp16(k);
+                v_s[j * D + c] = fp16(v);
+              });
+              if (lane == 0) valid_s[j] = read ? 1 : 0;
             }
             sycl::group_barrier(it.get_group());
 

@@ -11,8 +11,8 @@
 //    torch-XPU tensors); int64 address math throughout.
 #include <sycl/sycl.hpp>
 
+#include "sg_dequant.hpp"
 #include "sycl_common.hpp"
-#include "tq/dequant.hpp"
 #include "tq/schedule.hpp"
 #include "tq/softmax.hpp"
 
@@ -33,7 +33,7 @@ sycl::event scalar_d(sycl::queue& q, const AttentionParams& p) {
   constexpr int CPL = D / SG;  // coordinates per lane
   constexpr int WG = SG * kSubGroups;
   static_assert(T == SG, "lane j holds token j's score");
-  const int64_t groups = num_row_tiles(p) * p.num_kv_heads * p.num_splits;
+  const int64_t groups = num_programs(p);
   if (groups == 0) return sycl::event{};
   require_local_memory(q, 2 * sizeof(float) * T * D + sizeof(int32_t) * T, "scalar");
   return q.submit([&](sycl::handler& h) {
@@ -42,25 +42,15 @@ sycl::event scalar_d(sycl::queue& q, const AttentionParams& p) {
     sycl::local_accessor<int32_t, 1> valid_s(sycl::range<1>(T), h);
     const AttentionParams pp = p;
     h.parallel_for<ScalarAttentionKernel<D>>(
-        sycl::nd_range<1>(sycl::range<1>(static_cast<size_t>(groups) * WG), sycl::range<1>(WG)),
-        [=](sycl::nd_item<1> it) [[sycl::reqd_sub_group_size(16)]] {
-          const int64_t gid = static_cast<int64_t>(it.get_group(0));
-          const int32_t split = static_cast<int32_t>(gid % pp.num_splits);
-          const int32_t head = static_cast<int32_t>((gid / pp.num_splits) % pp.num_kv_heads);
-          const int64_t tile = gid / pp.num_splits / pp.num_kv_heads;
-          TileRows t;
+        work_groups(groups, WG), [=](sycl::nd_item<1> it) [[sycl::reqd_sub_group_size(16)]] {
+          Program prog;
           // uniform over the work-group, so leaving before any barrier is safe
-          if (!locate_tile(pp, tile, &t)) return;
+          if (!locate_program(pp, static_cast<int64_t>(it.get_group(0)), &prog)) return;
+          const auto& [tile, head, split, t, g, rows, begin, end] = prog;
 
           const sycl::sub_group sg = it.get_sub_group();
           const int lane = static_cast<int>(sg.get_local_linear_id());
           const int sgid = static_cast<int>(sg.get_group_linear_id());
-          const int32_t g = group_size(pp);
-          const int32_t rows = t.row_end - t.row_begin;
-          const BlockLayout& lay = pp.layout;
-          int32_t begin = 0;
-          int32_t end = 0;
-          split_range(t.kv_end, pp.num_splits, split, &begin, &end);
 
           // this sub-group's rows: sgid and sgid + 8; lane owns coordinates lane + 16 * c
           float qv[kRowsPerSg][CPL];
@@ -91,38 +81,11 @@ sycl::event scalar_d(sycl::queue& q, const AttentionParams& p) {
             const int32_t n = sycl::min(T, end - pos0);
             // fill: sub-group s dequantises tokens s and s + 8, all 16 lanes at once
             for (int j = sgid; j < T; j += kSubGroups) {
-              const int64_t blk = j < n ? block_of(pp, t.req, pos0 + j) : -1;
-              if (lane == 0) valid_s[j] = blk >= 0 ? 1 : 0;
-              if (blk < 0) {
-                // zeros, not garbage: a masked token's weight is 0 and 0 * NaN is NaN
-                for (int c = 0; c < CPL; ++c) {
-                  k_s[j * D + lane + SG * c] = 0.f;
-                  v_s[j * D + lane + SG * c] = 0.f;
-                }
-                continue;
-              }
-              const uint8_t* region = head_region(pp.cache, pp.cache_block_stride, blk, head, lay);
-              const int32_t off = (pos0 + j) % lay.block_size;
-              const uint8_t* krow = key_row(region, off, lay);
-              float kv[CPL];
-              float sumsq = 0.f;
-              for (int c = 0; c < CPL; ++c) {
-                kv[c] = key_coord_raw(krow, lane + SG * c, pp.preset, pp.centroids);
-                sumsq += kv[c] * kv[c];
-              }
-              float mul = 1.f;
-              if (!pp.preset.key_fp8) {
-                sumsq = sycl::reduce_over_group(sg, sumsq, sycl::plus<float>());
-                mul = key_row_multiplier(key_norm(region, off, lay), sumsq, pp.preset.norm_correction != 0);
-              }
-              const uint8_t* vrow = value_row(region, off, lay);
-              const float vscale = value_scale(region, off, lay);
-              const float vzero = value_zero(region, off, lay);
-              for (int c = 0; c < CPL; ++c) {
-                const int idx = lane + SG * c;
-                k_s[j * D + idx] = kv[c] * mul;
-                v_s[j * D + idx] = value_coord(vrow, idx, pp.preset.value_bits, vscale, vzero);
-              }
+              const bool read = dequant_token<D>(sg, pp, t.req, head, pos0 + j, j < n, [&](int c, float k, float v) {
+                k_s[j * D + c] = k;
+                v_s[j * D + c] = v;
+              });
+              if (lane == 0) valid_s[j] = read ? 1 : 0;
             }
             sycl::group_barrier(it.get_group());
 

@@ -51,6 +51,11 @@ struct CallEvents {
 };
 CallEvents run_attention(sycl::queue& q, AttentionParams p, const std::string& kernel);
 
+// `groups` work-groups of `wg` work-items (the scalar and jm kernels: one per program).
+inline sycl::nd_range<1> work_groups(int64_t groups, int wg) {
+  return sycl::nd_range<1>(sycl::range<1>(static_cast<size_t>(groups) * wg), sycl::range<1>(wg));
+}
+
 // Throws std::runtime_error when a kernel's SLM need exceeds the device's local memory.
 void require_local_memory(const sycl::queue& q, size_t bytes, const char* kernel);
 

@@ -11,18 +11,23 @@ Where each family runs:
 
 from __future__ import annotations
 
+import functools
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from tq_core import Preset
-from tq_core.contract import AttentionArgs
+from tq_core.contract import check_attention_args
 from tq_core.errors import BackendUnavailableError, DeviceError
 
 from . import extensions, kernel_args, toolchain, tuning
 from .errors import KernelChoiceError
 
 KERNELS = ("scalar", "esimd", "jm", "host")
+
+Run = Callable[[kernel_args.PreparedCall], torch.Tensor]
 
 _bridge_lock = threading.Lock()
 _bridge = None  # the process-wide nightly bridge, started on first use; it serialises requests
@@ -41,7 +46,7 @@ def attention(
     *,
     num_splits: int | None = None,
 ) -> torch.Tensor:
-    """Causal paged attention over tq's compressed cache; same semantics as ``tq_core.attention``.
+    """``tq_core.attention`` (same contract), computed by the kernel family ``kernel``.
 
     ``kernel`` picks the implementation (``"scalar"``, ``"esimd"``, ``"jm"`` or ``"host"``);
     ``num_splits`` overrides the split-KV count from :mod:`tq_sycl.tuning`. Raises
@@ -51,41 +56,23 @@ def attention(
         raise KernelChoiceError(f"kernel={kernel!r}: expected one of {KERNELS}")
     if num_splits is not None:
         kernel_args.check_num_splits(num_splits)
-    if kernel == "host":
-        return host_attention(
-            query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, num_splits=num_splits
-        )
+    host = kernel == "host"
+    if host and isinstance(query, torch.Tensor) and query.device.type != "cpu":
+        raise DeviceError(f"query: is on {query.device}; kernel='host' runs on CPU tensors")
     # validated here, once, before looking for a build: a bad argument is reported as
     # such even where no SYCL build exists
-    checked = kernel_args.validate(query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out)
-    if _nothing_to_compute(checked, query):
+    checked = check_attention_args(
+        query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, kernel_args.checks_values(query)
+    )
+    if host:
+        num_splits = kernel_args.check_num_splits(_splits(num_splits))
+    if checked.num_reqs == 0 or query.shape[0] == 0 or checked.num_q_heads == 0:
+        # nothing to compute: the result is ``out`` as it is (or an empty tensor), as
+        # tq_core gives; the kernels are not called (they need a q head per kv head)
         return out if out is not None else torch.empty_like(query)
-    device = query.device
-    reasons: list[str] = []
-    if device.type == "xpu":
-        try:
-            mod = extensions.stock_module()
-            if kernel in mod.kernels():
-                tensors = (query, kv_cache, block_table, seq_lens, query_start_loc)
-                return _stock_attention(mod, kernel, checked, *tensors, scale, out, num_splits)
-            reasons.append(f"tq_sycl._stock holds {list(mod.kernels())}, not {kernel!r}")
-        except BackendUnavailableError as exc:
-            reasons.append(str(exc))
-    bridge = _nightly_bridge(reasons)
-    if bridge is not None:
-        if kernel in bridge.kernels:
-            call = kernel_args.prepare(
-                checked, query, kv_cache, block_table, seq_lens, query_start_loc, scale, out, _splits(num_splits)
-            )
-            return bridge.attention(call, kernel)
-        reasons.append(f"the nightly bridge child holds {bridge.kernels}, not {kernel!r}")
-    raise BackendUnavailableError(f"kernel={kernel!r} cannot run here: " + "; ".join(reasons))
-
-
-def _nothing_to_compute(checked: AttentionArgs, query: torch.Tensor) -> bool:
-    """No request, query token or query head: the result is ``out`` as it is (or an empty
-    tensor), as tq_core gives; the kernels are not called (they need a q head per kv head)."""
-    return checked.num_reqs == 0 or query.shape[0] == 0 or checked.num_q_heads == 0
+    run, splits = (_host_run, num_splits) if host else _device_run(kernel, query, kv_cache, seq_lens, num_splits)
+    call = kernel_args.prepare(checked, query, kv_cache, block_table, seq_lens, query_start_loc, scale, out, splits)
+    return run(call)
 
 
 def _splits(num_splits: int | None) -> int:
@@ -93,53 +80,49 @@ def _splits(num_splits: int | None) -> int:
     return num_splits if num_splits is not None else (tuning.env_num_splits() or 1)
 
 
-def host_attention(
-    query: torch.Tensor,
-    kv_cache: torch.Tensor,
-    block_table: torch.Tensor,
-    seq_lens: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    preset: str | Preset,
-    scale: float,
-    out: torch.Tensor | None = None,
-    *,
-    num_splits: int | None = None,
-) -> torch.Tensor:
+def _row_tiles(query: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Tensor) -> int:
+    """Row tiles of the launch grid, from shapes alone (csrc/include/tq/params.hpp num_row_tiles)."""
+    nq, hq, _ = query.shape
+    return nq * (hq // max(kv_cache.shape[2], 1)) // kernel_args.ROWS_PER_TILE + seq_lens.shape[0]
+
+
+def _host_run(call: kernel_args.PreparedCall) -> torch.Tensor:
     """The host core on CPU tensors (what ``kernel="host"`` runs)."""
-    if isinstance(query, torch.Tensor) and query.device.type != "cpu":
-        raise DeviceError(f"query: is on {query.device}; kernel='host' runs on CPU tensors")
-    checked = kernel_args.validate(query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out)
-    splits = kernel_args.check_num_splits(_splits(num_splits))
-    if _nothing_to_compute(checked, query):
-        return out if out is not None else torch.empty_like(query)
-    call = kernel_args.prepare(checked, query, kv_cache, block_table, seq_lens, query_start_loc, scale, out, splits)
     extensions.host_module().attention(call.args)
     return call.finish()
 
 
-def _stock_attention(
-    mod,
-    kernel: str,
-    checked: AttentionArgs,
-    query: torch.Tensor,
-    kv_cache: torch.Tensor,
-    block_table: torch.Tensor,
-    seq_lens: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    scale: float,
-    out: torch.Tensor | None,
-    num_splits: int | None,
-) -> torch.Tensor:
+def _device_run(
+    kernel: str, query: torch.Tensor, kv_cache: torch.Tensor, seq_lens: torch.Tensor, num_splits: int | None
+) -> tuple[Run, int]:
+    """Where a SYCL family runs for this call (the stock build in-process, else the nightly
+    bridge) and its split count; BackendUnavailableError saying why neither can."""
+    reasons: list[str] = []
+    if query.device.type == "xpu":
+        try:
+            mod = extensions.stock_module()
+            if kernel in mod.kernels():
+                if num_splits is None:
+                    per_split = _row_tiles(query, kv_cache, seq_lens) * kv_cache.shape[2]
+                    num_splits = tuning.choose_num_splits(torch.xpu.get_device_name(query.device), per_split)
+                return functools.partial(_stock_attention, mod, kernel), num_splits
+            reasons.append(f"tq_sycl._stock holds {list(mod.kernels())}, not {kernel!r}")
+        except BackendUnavailableError as exc:
+            reasons.append(str(exc))
+    bridge = _nightly_bridge(reasons)
+    if bridge is not None:
+        if kernel in bridge.kernels:
+            return functools.partial(bridge.attention, kernel=kernel), _splits(num_splits)
+        reasons.append(f"the nightly bridge child holds {bridge.kernels}, not {kernel!r}")
+    raise BackendUnavailableError(f"kernel={kernel!r} cannot run here: " + "; ".join(reasons))
+
+
+def _stock_attention(mod: Any, kernel: str, call: kernel_args.PreparedCall) -> torch.Tensor:
+    """A prepared call on the in-process stock build, with workspaces from torch's allocator."""
+    query = call.query
     nq, hq, d = query.shape
-    hk = kv_cache.shape[2]
-    tiles = nq * (hq // max(hk, 1)) // kernel_args.ROWS_PER_TILE + seq_lens.shape[0]
-    splits = (
-        num_splits
-        if num_splits is not None
-        else tuning.choose_num_splits(torch.xpu.get_device_name(query.device), tiles * hk)
-    )
-    call = kernel_args.prepare(checked, query, kv_cache, block_table, seq_lens, query_start_loc, scale, out, splits)
-    rows = tiles * hk * splits * kernel_args.ROWS_PER_TILE
+    programs = _row_tiles(query, call.kv_cache, call.seq_lens) * call.kv_cache.shape[2] * call.args["num_splits"]
+    rows = programs * kernel_args.ROWS_PER_TILE
     # torch's caching allocator: no device sync, reused across calls
     q_rot = torch.empty(nq * hq * d, dtype=torch.float32, device=query.device)
     ws_acc = torch.empty(max(rows, 1) * d, dtype=torch.float32, device=query.device)

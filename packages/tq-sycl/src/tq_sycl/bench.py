@@ -2,9 +2,10 @@
 
 The shape: N_spec=8 query tokens per request, B=4 requests, Hq=32, Hk=4, D=128,
 seq_len=8192, causal, float16, block_size 64. Each family the in-process stock build
-(``tq_sycl._stock``) holds runs on the XPU next to ``tq_triton.attention`` when tq-triton
-is installed; each row gives the mean time of ``--iters`` calls after one warm-up call and
-the error against ``tq_core.attention`` (:func:`tq_core.testing.attention_error`).
+(``tq_sycl._stock``) holds runs on the XPU next to the ``triton`` backend's attention when
+tq-core's backend registry can load it for XPU tensors (tq-sycl imports no other backend);
+each row gives the mean time of ``--iters`` calls after one warm-up call and the error
+against ``tq_core.attention`` (:func:`tq_core.testing.attention_error`).
 Needs an Intel GPU, torch-XPU and the stock build (``nox -s sycl_stock``); without them it
 says what is missing and exits with status 2.
 """
@@ -18,6 +19,7 @@ from collections.abc import Callable
 
 import torch
 
+from tq_core.contract import select_backend
 from tq_core.errors import BackendUnavailableError
 from tq_core.testing import PagedBatch, attention_error, paged_batch
 
@@ -27,6 +29,7 @@ from .api import attention
 PRESETS = ("turboquant_k8v4", "turboquant_k3v4_nc")
 NUM_REQS, Q_LEN, SEQ_LEN = 4, 8, 8192
 HEAD_DIM, NUM_KV_HEADS, GROUP, BLOCK_SIZE = 128, 4, 8, 64
+COMPARED_BACKEND = "triton"  # timed beside the families when installed (tq_core.contract registry)
 
 
 def poc_batch(gen: torch.Generator, preset: str, device: torch.device) -> PagedBatch:
@@ -58,18 +61,19 @@ def time_ms(fn: Callable[[], object], iters: int) -> float:
 
 
 def bench_preset(preset: str, kernels: list[str], iters: int, seed: int) -> list[tuple[str, float, float]]:
-    """``(implementation, ms, error vs tq_core)`` for each kernel family, then tq_triton if installed."""
+    """``(implementation, ms, error vs tq_core)`` for each kernel family, then the ``triton``
+    backend where the registry can load it for XPU tensors."""
     batch = poc_batch(torch.Generator().manual_seed(seed), preset, torch.device("xpu"))
     ref = batch.reference()
     impls: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
         f"tq_sycl {k}": (lambda o, k=k: attention(*batch.args(), out=o, kernel=k)) for k in kernels
     }
     try:
-        import tq_triton
-    except ImportError:
+        other, _ = select_backend(batch.query.device, COMPARED_BACKEND, need_store=False)
+    except BackendUnavailableError:
         pass
     else:
-        impls["tq_triton"] = lambda o: tq_triton.attention(*batch.args(), out=o)
+        impls[f"tq_{other.name}"] = lambda o: other.attention(*batch.args(), out=o)
     rows = []
     for name, fn in impls.items():
         out = torch.empty_like(batch.query)

@@ -1,9 +1,10 @@
 """The argument dict every compiled implementation takes (see csrc/bindings/params_from_dict.hpp).
 
-A call is validated once, by :func:`validate` (tq_core's contract); ``prepare()`` takes
-that result, normalises the tensors the kernels read (int32 metadata, last dim
-contiguous) and records raw pointers, strides and tq-core's layout fields
-(:class:`tq_core.contract.KernelFields`, copied, never derived here). The returned
+A call is validated once, by tq_core's ``check_attention_args`` (metadata values where
+:func:`checks_values` says); ``prepare()`` takes that result, normalises the tensors the
+kernels read (int32 metadata, last dim contiguous) and records raw pointers, strides and
+tq-core's layout fields (:class:`tq_core.contract.KernelFields`, copied, never derived
+here). The returned
 :class:`PreparedCall` keeps every tensor it points into alive.
 """
 
@@ -15,8 +16,8 @@ from typing import Any
 
 import torch
 
-from tq_core import Preset, RangeError, key_codebook
-from tq_core.contract import AttentionArgs, KernelFields, check_attention_args, debug_enabled
+from tq_core import RangeError, key_codebook
+from tq_core.contract import AttentionArgs, KernelFields, debug_enabled
 
 # element dtype codes shared with csrc/include/tq/numeric.hpp
 DTYPE_CODES: dict[torch.dtype, int] = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
@@ -86,28 +87,11 @@ def _int32(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.int32).contiguous()
 
 
-def validate(
-    query: torch.Tensor,
-    kv_cache: torch.Tensor,
-    block_table: torch.Tensor,
-    seq_lens: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    preset: str | Preset,
-    scale: float,
-    out: torch.Tensor | None,
-    *,
-    check_values: bool | None = None,
-) -> AttentionArgs:
-    """tq_core's checks (rules and messages) of one attention call; the only validation it gets.
-
-    ``check_values`` (metadata value checks, which read device memory) defaults to on for
-    CPU tensors and to ``TQ_DEBUG=1`` elsewhere, so the device path never syncs.
-    """
-    if check_values is None:
-        check_values = (isinstance(query, torch.Tensor) and query.device.type == "cpu") or debug_enabled()
-    return check_attention_args(
-        query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, check_values=check_values
-    )
+def checks_values(query: object) -> bool:
+    """Whether a call checks metadata values (``check_attention_args(check_values=)``):
+    for CPU tensors always, elsewhere with ``TQ_DEBUG=1`` only, since the checks read
+    device memory and the device path must never sync."""
+    return (isinstance(query, torch.Tensor) and query.device.type == "cpu") or debug_enabled()
 
 
 def check_num_splits(num_splits: object) -> int:
@@ -133,7 +117,7 @@ def prepare(
     out: torch.Tensor | None,
     num_splits: int,
 ) -> PreparedCall:
-    """The argument dict of a call :func:`validate` accepted (``checked`` is its result)."""
+    """The argument dict of a call ``check_attention_args`` accepted (``checked`` is its result)."""
     check_num_splits(num_splits)
     p = checked.preset
     q = _last_dim_contiguous(query)

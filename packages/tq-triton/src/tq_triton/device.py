@@ -1,9 +1,12 @@
-"""Where tq_triton can run, and how to name the device for tuning lookups."""
+"""What tq_triton knows about a device, in one place: where it can run, its name for tuning
+lookups, its multiprocessors, and what its compiled kernels can rely on (NVIDIA GPU, compute
+capability, a saturating fp16 cast)."""
 
 from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
 
 import torch
 
@@ -59,3 +62,49 @@ def multiprocessor_count(device: torch.device) -> int:
         # Xe cores (each 8 vector engines) are what a work-group runs on
         return int(getattr(props, "gpu_subslice_count", 0) or getattr(props, "max_compute_units", 32) // 8 or 32)
     return 4
+
+
+@functools.cache
+def capability(device: torch.device) -> tuple[int, int]:
+    """The cuda device's compute capability, (0, 0) where torch has no cuda (once per device)."""
+    return torch.cuda.get_device_capability(device) if torch.cuda.is_available() else (0, 0)
+
+
+def nvidia(device: torch.device) -> bool:
+    """An NVIDIA GPU running compiled kernels (not the interpreter, not ROCm)."""
+    return device.type == "cuda" and torch.version.hip is None and not interpreter_active()
+
+
+def cast_saturates(device: torch.device) -> bool:
+    """Whether the attention kernels' round-toward-zero fp32 -> fp16 cast saturates finite
+    values at ±65504 by itself, as IEEE 754 prescribes for that rounding: true for NVIDIA
+    GPUs (``cvt.rz.f16.f32``). Elsewhere the kernels clamp the query first: the Triton
+    interpreter's cast overflows to NaN, and on xpu the cast was compiled but never run."""
+    return nvidia(device)
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What a launch plan needs to know of its device (:func:`device_facts`)."""
+
+    name: str
+    nvidia: bool
+    capability: tuple[int, int]
+    multiprocessors: int
+
+    @property
+    def cast_saturates(self) -> bool:
+        """See :func:`cast_saturates`."""
+        return self.nvidia
+
+
+def device_facts(device: torch.device) -> DeviceFacts:
+    """The device's facts; each is looked up once per device (the interpreter's state is read
+    per call, so that tests may switch it)."""
+    is_nvidia = nvidia(device)
+    return DeviceFacts(
+        name=device_key(device),
+        nvidia=is_nvidia,
+        capability=capability(device) if is_nvidia else (0, 0),
+        multiprocessors=multiprocessor_count(device),
+    )

@@ -10,7 +10,7 @@ ones), reading ``attention.default["*"]``, ``attention.default[b]``, ``attention
 rows (the q heads of a GQA group, padded to a power of two, times the query tokens per program:
 verification with 8 q heads per kv head has 64-row tiles, with 4 it has 32-row tiles, and the
 best tile can differ between them), then the environment variables of
-:data:`ENV_OVERRIDES` (``TQ_BLOCK_KV``, ``TQ_NUM_WARPS``, ... ``TQ_VALUE_WORDS``). The
+:data:`ENV_OVERRIDES` (``TQ_BLOCK_KV``, ``TQ_NUM_WARPS``, ... ``TQ_SKIP_EMPTY``). The
 store reads its table entry, then :data:`STORE_ENV_OVERRIDES` (``TQ_CODE_SEARCH``).
 """
 
@@ -46,51 +46,41 @@ class AttentionConfig:
     # cuda only: cap registers per thread (Triton's ``maxnreg``) so that more programs fit on
     # a multiprocessor; 0 leaves the choice to the compiler
     max_registers: int = 0
-    # 1: the value product accumulates into the running output (one rescale per row, inside
-    # the matrix unit); 0: each tile's product is scaled and added in a separate pass
-    value_acc: int = 1
     # 3-bit codebook keys (other presets ignore it): 1 looks the centroids up in a register
     # table (key_lut.py) where the device has a byte permute (NVIDIA GPUs), and gathers them
     # from memory elsewhere; 2 uses the table everywhere (emulated with integer operations
     # where there is no byte permute: the interpreter; on xpu never timed); 0 always gathers
     key_lut: int = 1
-    # experimental: 1 decodes 4-bit value codes two per 32-bit operation (value_words.py);
-    # presets with 3-bit values ignore it
-    value_words: int = 0
     # the fewest query rows of one program's tile: a tile with fewer rows (q heads of the GQA
     # group, padded to a power of two, times query tokens) takes more query tokens per program
-    # and masks the extra rows. On an H200, 64 rows let Triton use Hopper's warpgroup matrix
-    # instructions with both operands in shared memory
+    # and masks the extra rows. On an H200, 64 rows let Hopper's warpgroup products run
+    # with both operands in shared memory
     min_rows: int = 16
-    # cuda: the explicit-layout (Gluon) kernel where it applies (attention/gluon_launch.py:
-    # fp8 or 3-bit codebook keys, 4-bit values, tiles of 16-64 rows), with one shared buffer
-    # per tile (1) or two, the next tile decoded while this one is read (2), or one buffer
-    # and, for 64-row tiles on sm_90, Hopper's warpgroup products, which read the shared
-    # tiles once for all four warps (3; the H200 table's poc entries; other tiles as 1);
-    # 0, elsewhere and by default: the portable Triton kernel
+    # the kernel: 1 runs the explicit-layout (Gluon) kernel where it applies (cuda, compute
+    # capability 8.9 or later; fp8 or 3-bit codebook keys, 4-bit values, tiles of 16-64 rows,
+    # block_kv 16-64: attention/gluon_launch.py), and the portable Triton kernel elsewhere
+    # (with TQ_DEBUG=1 the reason is logged once); 0 always runs the portable kernel
     gluon: int = 0
-    # experimental: N > 0 sizes the kv splits from the batch's sequence lengths on the
-    # device: one largest split size for the whole batch, chosen so that all splits fill
-    # about one wave of N programs per multiprocessor, and no request takes more than the
-    # grid's splits (``kv_splits`` or the planned count, then an upper bound); each request
-    # deals its tiles out evenly over the splits it needs, so a long request takes more
-    # splits than a short one. On the H200 it wins on the ragged batch and loses at
-    # verify-32k, both for k3v4_nc (docs/perf/runs/2026-12-02-wgmma-poc, call 6), so no table
-    # entry uses it. 0: each request's sequence is divided evenly over the grid's splits
+    # the Gluon kernel's instruction set for 64-row tiles on sm_90: 1 uses Hopper's
+    # warpgroup products, which read the shared tiles once for all four warps (the H200
+    # table's poc entries); 0, and every other tile, mma.sync per warp
+    wgmma: int = 0
+    # N > 0 sizes the kv splits from the batch's sequence lengths on the device: one largest
+    # split size for the whole batch, chosen so that all splits fill about one wave of N
+    # programs per multiprocessor, and no request takes more than the grid's splits; each
+    # request deals its tiles out evenly over the splits it needs, so a long request takes
+    # more splits than a short one. 0: each request's sequence is divided evenly over the
+    # grid's splits. The H200 table sets 4 in both presets' q8 entries (not poc's q8:m64,
+    # where it is 5-8% slower): one round of the sweep in
+    # docs/perf/runs/2026-12-02-split-knobs-sweep had the ragged batch 11% faster for k8v4
+    # (verify-32k 3% faster) and, with skip_empty, 19% faster for k3v4_nc (verify-32k 1%
+    # faster). At decode-32k it is 2x slower, so no q1 entry sets it
     split_budget: int = 0
-    # experimental: 1 keeps the kv splits' partial outputs in bf16 instead of float32,
-    # halving the bytes the attention kernel writes and the merge reads (at poc on an H200,
-    # 8 MB each way), at the cost of a second bf16 rounding of the output (the merge's
-    # weights and sums stay float32). On the H200 it is 0.7-1.1 us slower with the table's
-    # poc entries and equal at verify-32k (docs/perf/runs/2026-12-02-wgmma-poc, call 1), so
-    # it stays off
-    bf16_partials: int = 0
-    # experimental: 1 lets a kv split with no position for its query chunk (a request
-    # shorter than the split count leaves some) skip the query, the tile loop and its
-    # partial output, writing only -inf log-sum-exps that the merge then skips. Off: on the
-    # H200, compiled into every launch, the branch it adds made the Gluon kernel 17% slower
-    # at k8v4 verify-32k; with split_budget 4 it took the k3v4_nc ragged batch from 164.1
-    # to 127.9 us (docs/perf/runs/2026-12-02-wgmma-poc, calls 7-8)
+    # 1 lets a kv split with no position for its query chunk (a request shorter than the
+    # split count leaves some) skip the query, the tile loop and its partial output, writing
+    # only -inf log-sum-exps that the merge then skips. The H200 table sets it with
+    # split_budget 4 in k3v4_nc's q8 entry; for k8v4 it made verify-32k 20% slower in the
+    # same sweep, so that entry leaves it off
     skip_empty: int = 0
 
 
@@ -98,9 +88,10 @@ class AttentionConfig:
 class StoreConfig:
     block_t: int = 16
     num_warps: int = 4
-    # experimental: 1 finds 3- and 4-bit codebook codes by binary search over the boundaries
-    # (one comparison per code bit); 0 counts the boundaries at or below each coordinate
-    # (one comparison per boundary). Both give the same codes.
+    # 1 finds 3- and 4-bit codebook codes by binary search over the boundaries (one
+    # comparison per code bit; the H200 table's entries for the three codebook presets); 0
+    # counts the boundaries at or below each coordinate (one comparison per boundary). Both
+    # give the same codes.
     code_search: int = 0
 
 
@@ -116,14 +107,12 @@ _LIMITS: dict[str, tuple[int, int, bool]] = {
     "block_t": (16, 128, True),
     "prefetch": (0, 1, False),
     "max_registers": (0, 255, False),
-    "value_acc": (0, 1, False),
     "key_lut": (0, 2, False),
     "code_search": (0, 1, False),
-    "value_words": (0, 1, False),
     "min_rows": (16, 128, True),
-    "gluon": (0, 3, False),
+    "gluon": (0, 1, False),
+    "wgmma": (0, 1, False),
     "split_budget": (0, 64, False),
-    "bf16_partials": (0, 1, False),
     "skip_empty": (0, 1, False),
 }
 ENV_OVERRIDES = {
@@ -133,14 +122,19 @@ ENV_OVERRIDES = {
     "TQ_NUM_KV_SPLITS": "kv_splits",
     "TQ_PREFETCH": "prefetch",
     "TQ_MAX_REGISTERS": "max_registers",
-    "TQ_VALUE_ACC": "value_acc",
     "TQ_KEY_LUT": "key_lut",
-    "TQ_VALUE_WORDS": "value_words",
     "TQ_MIN_ROWS": "min_rows",
     "TQ_GLUON": "gluon",
+    "TQ_WGMMA": "wgmma",
     "TQ_SPLIT_BUDGET": "split_budget",
-    "TQ_BF16_PARTIALS": "bf16_partials",
     "TQ_SKIP_EMPTY": "skip_empty",
+}
+# variables of knobs that no longer exist, and what replaced them: setting one is an error,
+# not silently ignored
+REMOVED_ENV = {
+    "TQ_VALUE_ACC": "the value product always accumulates inside the matrix unit",
+    "TQ_VALUE_WORDS": "the Gluon kernel always decodes 4-bit values two per word, the portable kernel never",
+    "TQ_BF16_PARTIALS": "partial outputs are float32",
 }
 STORE_ENV_OVERRIDES = {
     "TQ_CODE_SEARCH": "code_search",
@@ -223,6 +217,9 @@ def q_bucket(max_query_len: int) -> str:
 
 def _env_overrides(overrides: dict[str, str] = ENV_OVERRIDES) -> tuple[tuple[str, int], ...]:
     out = []
+    for var, why in REMOVED_ENV.items():
+        if os.environ.get(var):
+            raise TuningError(f"environment {var} was removed ({why}); unset it")
     for var, name in overrides.items():
         raw = os.environ.get(var)
         if raw is None or raw == "":
@@ -290,10 +287,3 @@ def launch_options(device: torch.device) -> dict[str, Any]:
     if device.type != "xpu":
         return {}
     return dict(_xpu_launch_cached(device_key(device)))
-
-
-def register_cap(device: torch.device, max_registers: int) -> dict[str, Any]:
-    """The launch keyword that caps registers per thread, where the backend has one (cuda)."""
-    if max_registers and device.type == "cuda":
-        return {"maxnreg": max_registers}
-    return {}

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ..presets import PRESETS, SUPPORTED_HEAD_DIMS, get_preset
 from .argtypes import nonnegative_int, positive_float, positive_int
+from .options import add_command, add_head_dim_option, add_json_option
 from .table import table_lines
 
 GIB = 1 << 30
@@ -116,20 +117,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "capacity",
-        help="KV tokens per cache format for a model shape and memory budget",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = add_command(
+        subparsers, "capacity", help="KV tokens per cache format for a model shape and memory budget", doc=__doc__
     )
     p.add_argument("--model", choices=sorted(MODELS), help="a known model shape (--layers etc. override it)")
     p.add_argument("--layers", type=positive_int, help="attention layers (default 32)")
     p.add_argument("--kv-heads", type=positive_int, help="kv heads per layer (default 8)")
-    p.add_argument(
-        "--head-dim",
-        type=int,
-        choices=SUPPORTED_HEAD_DIMS,
-        help=f"head dim, one of {', '.join(map(str, SUPPORTED_HEAD_DIMS))} (default 128)",
+    add_head_dim_option(
+        p, default=None, help=f"head dim, one of {', '.join(map(str, SUPPORTED_HEAD_DIMS))} (default 128)"
     )
     p.add_argument(
         "--memory-gib", type=positive_float, default=16.0, help="memory for the KV cache in GiB (default 16)"
@@ -140,5 +135,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=2,
         help="first and last N layers vLLM keeps in bf16 with a turboquant_* cache (default 2; 0 = none)",
     )
-    p.add_argument("--json", metavar="PATH", help="also write the table as JSON to PATH")
+    add_json_option(p, what="the table")
     p.set_defaults(func=run)

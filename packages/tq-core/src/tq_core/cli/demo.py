@@ -22,9 +22,7 @@ installed); otherwise tq_core's reference ops (the CPU is enough).
 from __future__ import annotations
 
 import argparse
-import datetime
 import itertools
-import json
 import math
 import sys
 import time
@@ -40,11 +38,21 @@ from ..contract import select_backend
 from ..errors import BackendUnavailableError, TQError
 from ..kv import decode_kv
 from ..paged import to_vllm_cache
-from ..presets import PRESETS, SUPPORTED_HEAD_DIMS, get_preset
+from ..presets import PRESETS, get_preset
 from ..synthetic import SyntheticKV
 from ..testing import block_tables
 from . import UsageError
 from .argtypes import int_at_least, positive_int
+from .options import (
+    add_block_size_option,
+    add_command,
+    add_device_option,
+    add_head_dim_option,
+    add_json_option,
+    add_quiet_option,
+    add_seed_option,
+)
+from .output import utc_timestamp, write_json
 from .table import table_lines
 
 
@@ -224,7 +232,7 @@ def run_demo(
             )
         )
     return {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": utc_timestamp(),
         "tq_core": __version__,
         "torch": torch.__version__,
         "device": str(device),
@@ -318,32 +326,22 @@ def run(args: argparse.Namespace) -> int:
         progress(f"done in {time.perf_counter() - t0:.1f} s")
     print(render(result))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-            f.write("\n")
+        write_json(args.json, result)
     return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "demo",
-        help="accuracy and capacity of every preset on a synthetic LLM-like cache",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = add_command(
+        subparsers, "demo", help="accuracy and capacity of every preset on a synthetic LLM-like cache", doc=__doc__
     )
-    p.add_argument(
-        "--device",
-        choices=("auto", "cpu", "cuda", "xpu"),
-        default="auto",
-        help="where to run (default auto: cuda, else xpu, else cpu)",
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic keys, values and queries (default 0)")
-    p.add_argument("--head-dim", type=int, default=128, choices=SUPPORTED_HEAD_DIMS, help="head dim (default 128)")
+    add_device_option(p, help="where to run (default auto: cuda, else xpu, else cpu)")
+    add_seed_option(p, of="the synthetic keys, values and queries")
+    add_head_dim_option(p, help="head dim (default 128)")
     p.add_argument("--kv-heads", type=positive_int, default=4, help="kv heads (default 4)")
     p.add_argument(
         "--q-heads", type=positive_int, default=16, help="query heads, a multiple of --kv-heads (default 16)"
     )
-    p.add_argument("--block-size", type=positive_int, default=16, help="tokens per cache block (default 16)")
+    add_block_size_option(p)
     p.add_argument(
         "--seq-len",
         type=int_at_least(9),
@@ -358,6 +356,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="PRESET",
         help=f"presets to run, from {', '.join(PRESETS)} (default: all four)",
     )
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    add_json_option(p, what="the results")
+    add_quiet_option(p, help="no progress lines on stderr")
     p.set_defaults(func=run)

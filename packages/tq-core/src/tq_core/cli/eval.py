@@ -22,6 +22,8 @@ import sys
 
 from . import UsageError
 from .argtypes import choice_list, int_at_least, positive_int
+from .options import add_command, add_device_option, add_json_option, add_quiet_option, add_seed_option
+from .output import write_json
 
 DEFAULT = {"windows": 16, "window": 512, "batch": 4}
 QUICK = {"windows": 4, "window": 256, "batch": 4}
@@ -63,9 +65,7 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(render_layers(result))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result.to_json(), f, indent=1)
-            f.write("\n")
+        write_json(args.json, result.to_json())
     if args.plot:
         plot([result.to_json(), *earlier], args.plot)
         log(f"plot written to {args.plot}")
@@ -119,11 +119,11 @@ def _boundary(text: str) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     from ..eval.cache_attention import format_names
 
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "eval",
         help="perplexity, KL and top-1 agreement of a real model with each cache format",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        doc=__doc__,
     )
     p.add_argument("--model", metavar="PATH", help="a .gguf file or a Hugging Face model folder (default: SmolLM2)")
     p.add_argument("--text", metavar="PATH", help="a UTF-8 text file (default: pydoc_data.topics)")
@@ -147,14 +147,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--layers", type=_layers, metavar="LIST", help="compress only these layers, e.g. 0,5,10-12 (default all)"
     )
-    p.add_argument("--device", choices=("auto", "cpu", "cuda", "xpu"), default="auto", help="default auto")
+    add_device_option(p, help="default auto")
     p.add_argument("--backend", default="auto", help="tq backend by name (default auto: the best for the device)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the cache's block shuffle (default 0)")
+    add_seed_option(p, of="the cache's block shuffle")
     p.add_argument(
         "--quick", action="store_true", help="4 windows of 256 tokens, the four tq presets only (CI's check)"
     )
     p.add_argument("--per-layer", action="store_true", help="also print each layer's key and value error")
-    p.add_argument("--json", metavar="PATH", help="also write every number as JSON to PATH")
+    add_json_option(p, what="every number")
     p.add_argument("--plot", metavar="PATH", help="also plot perplexity change against bytes per token to PATH (PNG)")
     p.add_argument(
         "--plot-with",
@@ -162,5 +162,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="JSON",
         help="also plot these earlier runs (files written by --json), e.g. another model's",
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or messages on stderr")
+    add_quiet_option(p, help="no progress bar or messages on stderr")
     p.set_defaults(func=run)

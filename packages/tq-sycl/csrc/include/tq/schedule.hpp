@@ -88,6 +88,34 @@ inline void split_range(int32_t kv_end, int32_t n, int32_t s, int32_t* begin, in
   *end = static_cast<int32_t>(clamp64(b + per, 0, kv_end));
 }
 
+// One attention program: a (row tile, kv head, split), the tile's rows and the split's
+// KV positions [begin, end). The host core and every kernel family start from it.
+struct Program {
+  int64_t tile;
+  int32_t head;
+  int32_t split;
+  TileRows t;
+  int32_t g;     // GQA group size
+  int32_t rows;  // t.row_end - t.row_begin
+  int32_t begin;
+  int32_t end;
+};
+
+// Programs of a launch: every (tile, kv head, split), tile-major, split fastest.
+inline int64_t num_programs(const AttentionParams& p) { return num_row_tiles(p) * p.num_kv_heads * p.num_splits; }
+
+// Program `index` of [0, num_programs); false for a surplus tile (nothing to compute).
+inline bool locate_program(const AttentionParams& p, int64_t index, Program* out) {
+  out->split = static_cast<int32_t>(index % p.num_splits);
+  out->head = static_cast<int32_t>((index / p.num_splits) % p.num_kv_heads);
+  out->tile = index / p.num_splits / p.num_kv_heads;
+  if (!locate_tile(p, out->tile, &out->t)) return false;
+  out->g = group_size(p);
+  out->rows = out->t.row_end - out->t.row_begin;
+  split_range(out->t.kv_end, p.num_splits, out->split, &out->begin, &out->end);
+  return true;
+}
+
 // Physical block of position pos, or -1 when the block table points outside the cache
 // (such tokens are masked, never read).
 inline int64_t block_of(const AttentionParams& p, int32_t req, int32_t pos) {

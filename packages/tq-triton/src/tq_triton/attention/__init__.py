@@ -1,14 +1,16 @@
 """Attention over tq's paged compressed cache: decode and speculative verification.
 
 - :mod:`.launch`: :func:`attention`, the public entry point: checks, plan, launch;
-- :mod:`.plan`: tile rows, kv splits and the tuning lookup of a call;
+- :mod:`.plan`: what a call launches: the tuning lookup, tile rows, kv splits, which kernel
+  (where the Gluon kernel applies) and its compile-time arguments;
+- :mod:`.online_softmax`: the tile step's arithmetic, written once, compiled by both kernels;
 - :mod:`.kernel`: the ``@triton.jit`` attention kernel (the portable one) and the split-merge
   kernel;
 - :mod:`.tile`: jit helpers that load one K/V tile and attend to it;
 - :mod:`.bounds`: one program's metadata, clamped, and its kv split, compiled by both
   attention kernels;
 - :mod:`.gluon_kernel`: the attention kernel with explicit layouts (Gluon), NVIDIA GPUs only;
-- :mod:`.gluon_launch`: where the Gluon kernel applies, its launch and its compile for sm_90.
+- :mod:`.gluon_launch`: the Gluon kernel's launch and its compile for sm_90 without a GPU.
 """
 
 from .launch import attention

@@ -18,17 +18,19 @@ chooses for the portable kernel:
 - the causal and length masks only on the tiles that need them;
 - the probabilities pass from the score product's accumulator to the value product's A
   operand in registers;
-- each tile's loads are issued one iteration ahead, into registers; with ``BUFFERS`` 2 the
-  next tile is also decoded while this one is read;
-- with ``WGMMA`` (``AttentionConfig.gluon`` 3, 64-row tiles on sm_90) both products are
+- each tile's loads are issued one iteration ahead, into registers;
+- with ``WGMMA`` (``AttentionConfig.wgmma``, 64-row tiles on sm_90) both products are
   Hopper's warpgroup instructions, which read the query, key and value tiles from shared
   memory once per tile for all four warps, where ``mma.sync`` has each warp read them as
   its own fragments (the H200 table's poc entries: 64-row tiles).
 
 Gluon kernels do not run under Triton's interpreter: ``tests/test_gluon_kernel.py``
 compiles this one for sm_90 on any machine and tests it against tq-core on a GPU. It is
-launched where ``AttentionConfig.gluon`` is 1, 2 or 3 (the H200 table's entries, or
-``TQ_GLUON``), on cuda, for the launches ``gluon_launch.gluon_applies`` accepts.
+launched where ``AttentionConfig.gluon`` is 1 (the H200 table's entries, or ``TQ_GLUON``),
+on cuda, for the launches ``gluon_launch.gluon_applies`` accepts.
+
+The tile step's arithmetic is ``online_softmax``'s, compiled here as Gluon: the portable
+kernel computes the same numbers.
 """
 
 from __future__ import annotations
@@ -41,6 +43,15 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from ..key_lut import LUT_PAIRS_PTX, selectors_fn
 from ..value_words import value_columns_fn
 from .bounds import balanced_chunk_fn, request_bounds_fn
+from .online_softmax import (
+    nonfinite_rows_fn,
+    output_factors_fn,
+    row_lse_fn,
+    row_sum_fn,
+    saturate_fn,
+    tile_step_fn,
+    value_mid_fn,
+)
 
 # Triton 3.6 calls the CTA-wide barrier thread_barrier; later versions call it barrier
 _barrier = getattr(gl, "thread_barrier", None) or gl.barrier
@@ -88,8 +99,16 @@ def _value_words_to_fp16(w):
     return _halves(gl.join(gl.join(p0, p2), gl.join(p1, p3))).to(gl.float16, bitcast=True)
 
 
-# the metadata clamps that kernel.attention_kernel compiles as Triton, compiled as Gluon
+# the metadata clamps and the tile step's arithmetic that kernel.attention_kernel compiles
+# as Triton, compiled as Gluon
 _request_bounds = gluon.jit(request_bounds_fn)
+_tile_step = gluon.jit(tile_step_fn)
+_row_sum = gluon.jit(row_sum_fn)
+_value_mid = gluon.jit(value_mid_fn)
+_output_factors = gluon.jit(output_factors_fn)
+_row_lse = gluon.jit(row_lse_fn)
+_nonfinite_rows = gluon.jit(nonfinite_rows_fn)
+_saturate = gluon.jit(saturate_fn)
 _balanced_chunk_of = gluon.jit(balanced_chunk_fn)
 
 
@@ -332,7 +351,6 @@ def gluon_attention_kernel(
     NORM_CORRECTION: gl.constexpr,
     SATURATE_QUERY: gl.constexpr,
     WARPS: gl.constexpr,
-    BUFFERS: gl.constexpr = 1,
     BALANCE: gl.constexpr = False,
     WGMMA: gl.constexpr = False,
     SKIP_EMPTY: gl.constexpr = False,
@@ -342,9 +360,7 @@ def gluon_attention_kernel(
     table; unused for fp8), values 4-bit (see ``gluon_launch.gluon_applies``). The other
     constexprs are ``kernel.attention_kernel``'s."""
     BLOCK_M: gl.constexpr = BLOCK_Q * G_PAD
-    gl.static_assert(not WGMMA or (BUFFERS == 1 and BLOCK_M == 64), "WGMMA: one buffer per tile, 64 rows")
-    MAX_SLACK: gl.constexpr = 8.0
-    SCALE_SLACK: gl.constexpr = 16.0
+    gl.static_assert(not WGMMA or BLOCK_M == 64, "WGMMA: 64 rows")
     # positions per group: consecutive positions of one cache block
     TPB: gl.constexpr = BLOCK_KV if BLOCK_KV < BLOCK_SIZE else BLOCK_SIZE
     NB: gl.constexpr = BLOCK_KV // TPB
@@ -404,19 +420,18 @@ def gluon_attention_kernel(
     head_base = Cache + h.to(gl.int64) * HEAD_STRIDE
     bt_row = BlockTable + r.to(gl.int64) * stride_bt
 
-    # BUFFERS 2: the next tile is decoded into one buffer while this one is read from the
-    # other, with one barrier per tile; 1: decode, barrier, read, barrier
+    # one shared buffer per tile: decode, barrier, read, barrier
     SMEM1: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])
-    k_s = gl.allocate_shared_memory(gl.float16, [BUFFERS, BLOCK_KV, D], SMEM)
-    v_s = gl.allocate_shared_memory(gl.float16, [BUFFERS, BLOCK_KV, D], SMEM)
+    k_s = gl.allocate_shared_memory(gl.float16, [BLOCK_KV, D], SMEM)
+    v_s = gl.allocate_shared_memory(gl.float16, [BLOCK_KV, D], SMEM)
     q_s = gl.allocate_shared_memory(gl.float16, [BLOCK_M, D], SMEM)
-    sc_s = gl.allocate_shared_memory(gl.float16, [BUFFERS, BLOCK_KV], SMEM1)
-    zr_s = gl.allocate_shared_memory(gl.float16, [BUFFERS, BLOCK_KV], SMEM1)
+    sc_s = gl.allocate_shared_memory(gl.float16, [BLOCK_KV], SMEM1)
+    zr_s = gl.allocate_shared_memory(gl.float16, [BLOCK_KV], SMEM1)
     if KEY_FP8:
         kn_s = sc_s  # unused
         lut = (0, 0, 0, 0)
     else:
-        kn_s = gl.allocate_shared_memory(gl.float32, [BUFFERS, BLOCK_KV], SMEM1)
+        kn_s = gl.allocate_shared_memory(gl.float32, [BLOCK_KV], SMEM1)
         lut_words = Centroids.to(gl.pointer_type(gl.int32))
         lut = (
             gl.load(lut_words).to(gl.uint32, bitcast=True),
@@ -436,6 +451,7 @@ def gluon_attention_kernel(
     vofs = tok_v * (VAL_BYTES // 4) + wv[None, None, :]
     tok_s = tk[None, :]
     offsets = (kofs, vofs, tok_k, tok_v, tok_s)
+    bufs = (k_s, v_s, sc_s, zr_s, kn_s)
     # column c of the value tile holds head_dim index value_columns(c) (see value_words.py)
     dcol = gl.arange(0, D, layout=COLO)
     dout = _value_columns(dcol)
@@ -467,7 +483,7 @@ def gluon_attention_kernel(
             ).to(gl.float32)
             # a NaN or ±inf query element makes its row NaN, as in tq_core (kernel.py says why
             # the scores alone do not)
-            q_bad = gl.sum(((q != q) | (gl.abs(q) == float("inf"))).to(gl.int32), axis=1) > 0
+            q_bad = _nonfinite_rows(q)
             if KEY_FP8:
                 q = q * q_mul
             else:
@@ -477,8 +493,7 @@ def gluon_attention_kernel(
                 q = _butterflies(q, BLOCK_M, D, 0, LOG2_D - 1)
                 q = _butterflies(gl.convert_layout(q, QE), BLOCK_M, D, LOG2_D - 1, LOG2_D)
             if SATURATE_QUERY:
-                q_sat = gl.minimum(gl.maximum(q, -65504.0), 65504.0)
-                q = gl.where(gl.abs(q) < float("inf"), q_sat, q)
+                q = _saturate(q)
             # kept in shared memory, read as A operand fragments per tile: fewer live registers
             _barrier()  # every warp is done with the previous chunk's query
             q_s.store(q.to(gl.float16, fp_downcast_rounding="rtz"))
@@ -519,46 +534,14 @@ def gluon_attention_kernel(
                 ZERO_OFF,
                 KEY_FP8,
             )
-            if BUFFERS == 2:
-                _barrier()  # every warp is done with the previous chunk's buffers
-                _decode_into(
-                    tile,
-                    (k_s.index(0), v_s.index(0), sc_s.index(0), zr_s.index(0), kn_s.index(0)),
-                    lut,
-                    BLOCK_KV,
-                    D,
-                    S2,
-                    KEY_FP8,
-                    NORM_CORRECTION,
-                )
-                tile = _load_tile(
-                    kv_lo + BLOCK_KV,
-                    _load_blocks(kv_lo + BLOCK_KV, where, BL, NB, TPB, BLOCK_SIZE),
-                    where,
-                    offsets,
-                    BL,
-                    BLV,
-                    NB,
-                    TPB,
-                    BLOCK_SIZE,
-                    KEY_OFF,
-                    KEY_BYTES,
-                    NORM_OFF,
-                    VAL_OFF,
-                    VAL_BYTES,
-                    SCALE_OFF,
-                    ZERO_OFF,
-                    KEY_FP8,
-                )
-                _barrier()
             # the block ids of the tile after the one in flight
-            blk = _load_blocks(kv_lo + BUFFERS * BLOCK_KV, where, BL, NB, TPB, BLOCK_SIZE)
+            blk = _load_blocks(kv_lo + BLOCK_KV, where, BL, NB, TPB, BLOCK_SIZE)
             for start in range(kv_lo, hi, BLOCK_KV):
                 current = tile
-                # each tile's loads are issued BUFFERS iterations before it is read, its block
-                # ids one iteration before that
+                # each tile's loads are issued one iteration before it is read, its block ids
+                # one iteration before that
                 tile = _load_tile(
-                    start + BUFFERS * BLOCK_KV,
+                    start + BLOCK_KV,
                     blk,
                     where,
                     offsets,
@@ -576,108 +559,48 @@ def gluon_attention_kernel(
                     ZERO_OFF,
                     KEY_FP8,
                 )
-                blk = _load_blocks(start + (BUFFERS + 1) * BLOCK_KV, where, BL, NB, TPB, BLOCK_SIZE)
-                if BUFFERS == 2:
-                    b = ((start - kv_lo) // BLOCK_KV) % 2
-                    s = mma_v2(
-                        q_s.load(A_OP),
-                        k_s.index(b).permute((1, 0)).load(B_OP),
-                        gl.zeros([BLOCK_M, BLOCK_KV], gl.float32, MMA),
-                    )
-                    # the next tile (masked loads past hi: zeros) into the other buffer
-                    nb = 1 - b
-                    _decode_into(
-                        current,
-                        (k_s.index(nb), v_s.index(nb), sc_s.index(nb), zr_s.index(nb), kn_s.index(nb)),
-                        lut,
-                        BLOCK_KV,
-                        D,
-                        S2,
-                        KEY_FP8,
-                        NORM_CORRECTION,
+                blk = _load_blocks(start + 2 * BLOCK_KV, where, BL, NB, TPB, BLOCK_SIZE)
+                _barrier()  # every warp has read the previous tile
+                _decode_into(current, bufs, lut, BLOCK_KV, D, S2, KEY_FP8, NORM_CORRECTION)
+                if WGMMA:
+                    # the decoded tiles (and the query) were written by ordinary stores; the
+                    # warpgroup product reads them through the async proxy
+                    fence_async_shared()
+                    _barrier()
+                    s = warpgroup_mma(
+                        q_s, k_s.permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_KV], gl.float32, MMA), use_acc=False
                     )
                 else:
-                    b = 0
-                    _barrier()  # every warp has read the previous tile
-                    _decode_into(
-                        current,
-                        (k_s.index(0), v_s.index(0), sc_s.index(0), zr_s.index(0), kn_s.index(0)),
-                        lut,
-                        BLOCK_KV,
-                        D,
-                        S2,
-                        KEY_FP8,
-                        NORM_CORRECTION,
+                    _barrier()
+                    s = mma_v2(
+                        q_s.load(A_OP), k_s.permute((1, 0)).load(B_OP), gl.zeros([BLOCK_M, BLOCK_KV], gl.float32, MMA)
                     )
-                    if WGMMA:
-                        # the decoded tiles (and the query) were written by ordinary stores; the
-                        # warpgroup product reads them through the async proxy
-                        fence_async_shared()
-                        _barrier()
-                        s = warpgroup_mma(
-                            q_s,
-                            k_s.index(0).permute((1, 0)),
-                            gl.zeros([BLOCK_M, BLOCK_KV], gl.float32, MMA),
-                            use_acc=False,
-                        )
-                    else:
-                        _barrier()
-                        s = mma_v2(
-                            q_s.load(A_OP),
-                            k_s.index(0).permute((1, 0)).load(B_OP),
-                            gl.zeros([BLOCK_M, BLOCK_KV], gl.float32, MMA),
-                        )
                 if not KEY_FP8:
-                    s = s * kn_s.index(b).load(COL)[None, :]
+                    s = s * kn_s.load(COL)[None, :]
                 if start + BLOCK_KV > unmasked_hi:
                     pos = start + gl.arange(0, BLOCK_KV, layout=COL)
                     visible = row_ok[:, None] & (pos[None, :] < hi) & (pos[None, :] <= row_pos[:, None])
                     s = gl.where(visible, s, float("-inf"))
-                # A row's running maximum (log2 units) moves only when the tile's exceeds it by
-                # more than MAX_SLACK, so probabilities stay below 2^MAX_SLACK, well inside fp16;
-                # the value scales are normalised by a reference f that moves only when the
-                # tile's largest scale leaves [f / 2^SCALE_SLACK, f]. The accumulator is rescaled
-                # on every tile: testing whether any row's factor differs from 1 is a reduction
-                # over the program's warps (two barriers), which costs more than the multiplies.
-                tile_max = gl.max(s, axis=1) * q_scale
-                m_new = gl.where(tile_max > m_i + MAX_SLACK, tile_max, m_i)
-                m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)
-                alpha = gl.where(m_new == m_i, 1.0, gl.exp2(m_i - m_ref))
-                p = gl.exp2(s * q_scale - m_ref[:, None])
-                l_i = l_i * alpha + gl.sum(p, axis=1)
-
-                # value t = zero_t + scale_t (code_t - 8) + 8 scale_t: the scales are folded into
-                # the probabilities (over f), the rest into r_i. (Keeping 1024 + code_t in the tile
-                # and 1024 scale_t in r_i would save a subtraction per value, but the fp16 rounding
-                # of the probabilities would then be scaled by 1024 instead of at most 8.)
-                vscale = sc_s.index(b).load(COL).to(gl.float32)
-                smax = gl.max(vscale, axis=0)
-                f = gl.where((smax > f_i) | (smax * SCALE_SLACK < f_i), smax, f_i)
-                f = gl.where(f > 0, f, 1.0)
-                pw = gl.convert_layout((p * (vscale / f)[None, :]).to(gl.float16), A_OP)
-                factor = alpha * (f_i / f)
+                # online_softmax's tile step. The accumulator is rescaled on every tile: testing
+                # whether any row's factor differs from 1 is a reduction over the program's
+                # warps (two barriers), which costs more than the multiplies
+                vscale = sc_s.load(COL).to(gl.float32)
+                m_i, l_i, f_i, w, factor, p, alpha = _tile_step(s, q_scale, m_i, l_i, f_i, vscale)
+                w = gl.convert_layout(w, A_OP)
                 if WGMMA:
-                    acc = acc * gl.convert_layout(factor, ROWO)[:, None]
-                    acc = warpgroup_mma(pw, v_s.index(b), acc)
+                    acc = warpgroup_mma(w, v_s, acc * gl.convert_layout(factor, ROWO)[:, None])
                 else:
-                    acc = acc * factor[:, None]
-                    acc = mma_v2(pw, v_s.index(b).load(B_OP), acc)
-                mid = zr_s.index(b).load(COL).to(gl.float32) + vscale * 8.0
-                r_i = r_i * alpha + gl.sum(p * mid[None, :], axis=1)
-                m_i = m_new
-                f_i = f
-                if BUFFERS == 2:
-                    _barrier()  # buffer b is free again, the other one written
+                    acc = mma_v2(w, v_s.load(B_OP), acc * factor[:, None])
+                r_i = _row_sum(r_i, alpha, p, _value_mid(zr_s.load(COL), vscale, VBITS))
 
-            # NaN for a non-finite query's row
-            inv_l = gl.where(gl.convert_layout(q_bad, ROW), float("nan"), 1.0 / gl.where(l_i > 0, l_i, 1.0))
+            a, b = _output_factors(l_i, r_i, f_i, gl.convert_layout(q_bad, ROW))
             if WGMMA:
-                o = acc * gl.convert_layout(f_i * inv_l, ROWO)[:, None] + gl.convert_layout(r_i * inv_l, ROWO)[:, None]
+                o = acc * gl.convert_layout(a, ROWO)[:, None] + gl.convert_layout(b, ROWO)[:, None]
                 q_row_o = gl.convert_layout(q_row, ROWO)
                 head_o = gl.convert_layout(head, ROWO)
                 row_ok_o = gl.convert_layout(row_ok, ROWO)
             else:
-                o = acc * (f_i * inv_l)[:, None] + (r_i * inv_l)[:, None]
+                o = acc * a[:, None] + b[:, None]
                 q_row_o = q_row
                 head_o = head
                 row_ok_o = row_ok
@@ -688,18 +611,9 @@ def gluon_attention_kernel(
                     mask=row_ok_o[:, None],
                 )
             else:
-                lse = gl.where(l_i > 0, m_i + gl.log2(gl.where(l_i > 0, l_i, 1.0)), float("-inf"))
-                if SKIP_EMPTY:
-                    # a non-finite query's row, or a row whose sum is NaN (a NaN read from the
-                    # cache), keeps a finite weight (kernel.py says why)
-                    lse = gl.where(gl.convert_layout(q_bad, ROW) | (l_i != l_i), 0.0, lse)
                 slot = (q_row * NUM_Q_HEADS + head) * NUM_SPLITS + split
                 slot_o = (q_row_o * NUM_Q_HEADS + head_o) * NUM_SPLITS + split
                 # in the accumulator's column order (merge_kernel's VALUE_COLUMNS): pairs of
                 # neighbouring columns leave in one vector store
-                gl.store(
-                    Partial + slot_o[:, None] * D + dcol[None, :],
-                    o.to(Partial.dtype.element_ty),
-                    mask=row_ok_o[:, None],
-                )
-                gl.store(Lse + slot, lse, mask=row_ok)
+                gl.store(Partial + slot_o[:, None] * D + dcol[None, :], o, mask=row_ok_o[:, None])
+                gl.store(Lse + slot, _row_lse(m_i, l_i, gl.convert_layout(q_bad, ROW), SKIP_EMPTY), mask=row_ok)

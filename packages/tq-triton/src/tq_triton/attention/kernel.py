@@ -3,10 +3,11 @@
 One program owns (request, kv head, kv split). It dequantises each K/V tile once and
 shares it across every row that reads it, all q heads of the GQA group times the
 request's query tokens, so both products are real matrix products (``tl.dot``). Scores
-are computed in the rotated domain: the query is rotated once per program. Value
-scales are folded into the probabilities and zero points into a row sum, so the value
-tile is the raw codes. Splits of the sequence are merged by log-sum-exp in a second
-kernel; a split that is masked for a row contributes nothing.
+are computed in the rotated domain: the query is rotated once per program. The tile step's
+arithmetic (online softmax, value scales folded into the probabilities, centred value
+codes) is ``online_softmax``'s, which the Gluon kernel compiles too. Splits of the
+sequence are merged by log-sum-exp in a second kernel; a split that is masked for a row
+contributes nothing.
 
 Metadata values are never trusted for addressing (the launcher documents the results):
 each program clamps its seq_len to ``[0, block_table capacity]`` and its query rows to
@@ -24,6 +25,7 @@ import triton.language as tl
 from ..hadamard import fwht_rows
 from ..value_words import value_columns
 from .bounds import balanced_chunk, request_bounds
+from .online_softmax import nonfinite_rows, output_factors, row_lse, saturate
 from .tile import attend_tile, load_tile, tile_block_ids
 
 
@@ -77,10 +79,8 @@ def attention_kernel(
     NORM_CORRECTION: tl.constexpr,
     PREFETCH: tl.constexpr,
     LOOP_STAGES: tl.constexpr,
-    VALUE_ACC: tl.constexpr,
     SATURATE_QUERY: tl.constexpr,
     KEY_LUT: tl.constexpr = 0,
-    VALUE_WORDS: tl.constexpr = False,
     BALANCE: tl.constexpr = False,
     SKIP_EMPTY: tl.constexpr = False,
 ):
@@ -91,8 +91,7 @@ def attention_kernel(
     ``SATURATE_QUERY``: clamp the scaled query to ±65504 before its round-toward-zero
     fp16 cast; False where that cast saturates by itself (see ``launch.cast_saturates``).
     ``KEY_LUT``: see ``tile.attend_tile`` (``Centroids`` is then the register table).
-    ``VALUE_WORDS``: 4-bit value codes decoded two per 32-bit operation; the output's
-    columns then go through ``value_words.value_columns``. ``BALANCE``: the kv splits are
+    ``BALANCE``: the kv splits are
     sized from the batch's lengths for about ``split_programs`` programs
     (``bounds.balanced_chunk``); otherwise each request's sequence is divided evenly.
     ``SKIP_EMPTY`` (with kv splits): a split with no position for a query chunk writes only
@@ -135,7 +134,7 @@ def attention_kernel(
             # a NaN or ±inf query element makes its row NaN, as in tq_core. The scores alone do
             # not always: -inf times keys whose element has one sign makes every score -inf,
             # and that row would come out as 0
-            q_bad = tl.sum(((q != q) | (tl.abs(q) == float("inf"))).to(tl.int32), axis=1) > 0
+            q_bad = nonfinite_rows(q)
             # The fp16 product sees the query times q_mul = scale * log2(e) / q_scale; the
             # scores are multiplied back by q_scale (a power of two chosen by the launcher, see
             # launch.query_scaling) where they enter the exponent. The cast rounds toward zero,
@@ -149,15 +148,14 @@ def attention_kernel(
                 q = fwht_rows(q * (q_mul / tl.sqrt(D * 1.0)), BLOCK_M, D, LOG2_D)
             if SATURATE_QUERY:
                 # the same saturation by hand, where the cast is not known to saturate
-                q_sat = tl.minimum(tl.maximum(q, -65504.0), 65504.0)
-                q = tl.where(tl.abs(q) < float("inf"), q_sat, q)
+                q = saturate(q)
             q16 = q.to(tl.float16, fp_downcast_rounding="rtz")
 
             m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
             l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
             acc = tl.zeros((BLOCK_M, D), dtype=tl.float32)
             r_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
-            f_i = tl.full((), 1.0, dtype=tl.float32)
+            f_i = tl.full((), 0.0, dtype=tl.float32)  # the value scales' reference (online_softmax)
             # rows of this query chunk see nothing past the chunk's last position
             hi = tl.minimum(kv_hi, seq_len - q_len + tl.minimum(qc + BLOCK_Q, q_len))
 
@@ -238,37 +236,21 @@ def attention_kernel(
                     KBITS=KBITS,
                     VBITS=VBITS,
                     NORM_CORRECTION=NORM_CORRECTION,
-                    VALUE_ACC=VALUE_ACC,
                     KEY_LUT=KEY_LUT,
-                    VALUE_WORDS=VALUE_WORDS,
                 )
 
-            # (a NaN divisor makes a non-finite query's row NaN)
-            denom = tl.where(q_bad, float("nan"), tl.where(l_i > 0, l_i, 1.0))
-            o = (acc * f_i + r_i[:, None]) / denom[:, None]
+            a, b = output_factors(l_i, r_i, f_i, q_bad)
+            o = acc * a[:, None] + b[:, None]
             if NUM_SPLITS == 1:
-                if VALUE_WORDS:
-                    dv = value_columns(d)
-                else:
-                    dv = d
                 tl.store(
-                    Out + q_row[:, None] * stride_ot + head[:, None] * stride_oh + dv[None, :],
+                    Out + q_row[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],
                     o.to(Out.dtype.element_ty),
                     mask=row_ok[:, None],
                 )
             else:
-                # in the accumulator's column order: merge_kernel's VALUE_COLUMNS puts them in place
-                lse = tl.where(l_i > 0, m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0)), float("-inf"))
-                if SKIP_EMPTY:
-                    # a non-finite query's row keeps a finite weight, so that its NaN partial
-                    # output reaches the merge even where every score is -inf (l = 0); so
-                    # does a row whose sum is NaN (a NaN read from the cache), which l > 0
-                    # would otherwise mark empty
-                    lse = tl.where(q_bad | (l_i != l_i), 0.0, lse)
                 slot = (q_row * NUM_Q_HEADS + head) * NUM_SPLITS + split
-                # float32, or bf16 (AttentionConfig.bf16_partials)
-                tl.store(Partial + slot[:, None] * D + d[None, :], o.to(Partial.dtype.element_ty), mask=row_ok[:, None])
-                tl.store(Lse + slot, lse, mask=row_ok)
+                tl.store(Partial + slot[:, None] * D + d[None, :], o, mask=row_ok[:, None])
+                tl.store(Lse + slot, row_lse(m_i, l_i, q_bad, SKIP_EMPTY), mask=row_ok)
 
 
 # the merge kernel's warps: one warp per program keeps the sum over splits inside a warp
@@ -299,7 +281,7 @@ def merge_kernel(
     on (the attention kernel's ``rows``) is not written. Its partial outputs are read from
     the workspace all the same (rows below the grid's, so inside it), so that no load waits
     for ``query_start_loc``. ``VALUE_COLUMNS``: the partial outputs' column ``c`` holds
-    head_dim index ``value_words.value_columns(c)`` (the attention kernels store their
+    head_dim index ``value_words.value_columns(c)`` (the Gluon kernel stores its
     accumulator's columns as they are, so that each thread's neighbouring columns leave in
     one vector store). ``SKIP_EMPTY``: a split whose log-sum-exp is -inf wrote no partial
     output (the attention kernels' ``SKIP_EMPTY``), so it is not read."""

@@ -1,4 +1,4 @@
-"""``attention``: checks the arguments, plans the launch, runs the kernels."""
+"""``attention``: checks the arguments, plans the launch (``plan``), runs the kernels."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import torch
 from tq_core import Preset, RangeError, ShapeError
 from tq_core.contract import check_attention_args, debug_enabled
 
-from ..device import check_runnable, interpreter_active, multiprocessor_count
+from ..device import check_runnable
 from ..device_tensors import cached_codebook, cached_lut_table, dummy
-from ..tuning import AttentionConfig, launch_options, register_cap
-from .gluon_launch import gluon_applies, launch_gluon, wgmma_applies
+from ..tuning import AttentionConfig
+from .gluon_launch import launch_gluon
 from .kernel import MERGE_WARPS, attention_kernel, merge_kernel
-from .plan import MAX_BLOCK_M, longest_query, next_pow2, plan_splits, plan_tile
+from .plan import MAX_BLOCK_M, longest_query, next_pow2, plan_attention
 
 LOG2E = 1.4426950408889634
 # log2 of the headroom above fp16's largest number that the query keeps in the fp16
@@ -43,19 +43,6 @@ def query_scaling(scale: float) -> tuple[float, float]:
 # 2^-12 / ln 2 averaged over log-uniform mantissas. q_mul is that much larger, so that the
 # scores carry no systematic bias.
 RTZ_UNBIAS = 1.0 + 2.0**-12 / math.log(2.0)
-
-
-def cast_saturates(device: torch.device) -> bool:
-    """Whether the attention kernel's round-toward-zero fp32 -> fp16 cast saturates finite
-    values at ±65504 by itself, as IEEE 754 prescribes for that rounding: true for NVIDIA
-    GPUs (``cvt.rz.f16.f32``). Elsewhere the kernel clamps the query first: the Triton
-    interpreter's cast overflows to NaN, and on xpu the cast was compiled but never run."""
-    return _nvidia(device)
-
-
-def _nvidia(device: torch.device) -> bool:
-    """An NVIDIA GPU running compiled kernels (not the interpreter, not ROCm)."""
-    return device.type == "cuda" and torch.version.hip is None and not interpreter_active()
 
 
 def attention(
@@ -118,8 +105,7 @@ def attention(
     nq, hq, d = query.shape
     hk = args.num_kv_heads
     group = hq // hk
-    g_pad = next_pow2(group)
-    if g_pad > MAX_BLOCK_M:
+    if next_pow2(group) > MAX_BLOCK_M:
         raise ShapeError(
             f"query: {hq} q heads over {hk} kv heads is {group} per kv head; tq_triton supports at most {MAX_BLOCK_M}"
         )
@@ -129,32 +115,35 @@ def attention(
         return out
     if query.stride(2) != 1:
         query = query.contiguous()
-    p = args.preset
-    longest = longest_query(nq, args.num_reqs, max_query_len)
-    cfg, block_q = plan_tile(query.device, p.name, g_pad, longest, config)
-    splits = num_kv_splits if num_kv_splits is not None else plan_splits(cfg, query.device, args.num_reqs, hk)
     dev = query.device
-    block_size = kv_cache.shape[1]
-    use_gluon = bool(cfg.gluon) and gluon_applies(p, d, block_q * g_pad, cfg.block_kv, block_size, dev, _nvidia(dev))
-    key_lut = key_lut_mode(p, cfg, dev)
-    # the Gluon kernel looks 3-bit keys up in the register table, whatever key_lut says
-    cent = _centroids(p, d, dev, bool(key_lut) or use_gluon)
-    if splits > 1:
+    p = args.preset
+    plan = plan_attention(
+        dev,
+        p,
+        args.fields.constexprs(),
+        hq,
+        hk,
+        args.num_reqs,
+        longest_query(nq, args.num_reqs, max_query_len),
+        kv_cache.shape[1],
+        num_kv_splits,
+        config,
+    )
+    if plan.splits > 1:
         # per call from torch's caching allocator: no host sync, safe under CUDA-graph
         # capture, and never shared by calls on other threads or streams
-        partial_dtype = torch.bfloat16 if cfg.bf16_partials else torch.float32
-        partial = torch.empty(nq * hq * splits * d, dtype=partial_dtype, device=dev)
-        lse = torch.empty(nq * hq * splits, dtype=torch.float32, device=dev)
+        partial = torch.empty(nq * hq * plan.splits * d, dtype=torch.float32, device=dev)
+        lse = torch.empty(nq * hq * plan.splits, dtype=torch.float32, device=dev)
     else:
         partial = lse = dummy(dev)
-    grid = (args.num_reqs, hk, splits)
-    kernel_args = (
+    grid = (args.num_reqs, hk, plan.splits)
+    kernel_args = [
         query,
         kv_cache,
         block_table,
         seq_lens,
         query_start_loc,
-        cent,
+        _centroids(p, d, dev, plan.key_table),
         out,
         partial,
         lse,
@@ -171,32 +160,16 @@ def attention(
         block_table.stride(1),
         seq_lens.stride(0),
         query_start_loc.stride(0),
-        # programs that the balanced kv splits aim to fill (AttentionConfig.split_budget)
-        cfg.split_budget * multiprocessor_count(dev) if cfg.split_budget else 0,
-    )
-    constexprs = kernel_constexprs(
-        p,
-        args.fields.constexprs(),
-        cfg,
-        group,
-        hq,
-        splits,
-        block_q,
-        saturate_query=not cast_saturates(dev),
-        key_lut=key_lut,
-        value_words=bool(cfg.value_words) and p.value_bits == 4,
-    )
-    cap = register_cap(dev, cfg.max_registers)
-    if use_gluon:
-        # False where the kernel needs more shared memory than the device has: the portable
-        # kernel then runs, with its own centroid tensor
-        wgmma = cfg.gluon == 3 and wgmma_applies(block_q * g_pad, dev)
-        use_gluon = launch_gluon(grid, kernel_args, constexprs, cap, buffers=2 if cfg.gluon == 2 else 1, wgmma=wgmma)
-        if not use_gluon:
-            kernel_args = (*kernel_args[:5], _centroids(p, d, dev, bool(key_lut)), *kernel_args[6:])
-    if not use_gluon:
-        attention_kernel[grid](*kernel_args, **constexprs, num_warps=cfg.num_warps, **launch_options(dev), **cap)
-    if splits > 1:
+        plan.split_programs,
+    ]
+    # False where the Gluon kernel needs more shared memory than the device has: the
+    # portable kernel then runs, with its own centroid tensor
+    gluon = plan.gluon and launch_gluon(grid, kernel_args, plan.constexprs, plan.options, wgmma=plan.wgmma)
+    if not gluon:
+        if plan.gluon:
+            kernel_args[5] = _centroids(p, d, dev, bool(plan.constexprs["KEY_LUT"]))
+        attention_kernel[grid](*kernel_args, **plan.constexprs, num_warps=plan.cfg.num_warps, **plan.options)
+    if plan.splits > 1:
         merge_kernel[(nq, hq)](
             partial,
             lse,
@@ -207,74 +180,23 @@ def attention(
             out.stride(0),
             out.stride(1),
             NUM_Q_HEADS=hq,
-            NUM_SPLITS=splits,
-            SPLITS_PAD=next_pow2(splits),
+            NUM_SPLITS=plan.splits,
+            SPLITS_PAD=next_pow2(plan.splits),
             D=d,
-            # both kernels keep 4-bit values' columns in value_words order
-            VALUE_COLUMNS=use_gluon or constexprs["VALUE_WORDS"],
-            SKIP_EMPTY=constexprs["SKIP_EMPTY"],
+            # the Gluon kernel keeps 4-bit values' columns in value_words order
+            VALUE_COLUMNS=gluon,
+            SKIP_EMPTY=plan.constexprs["SKIP_EMPTY"],
             num_warps=MERGE_WARPS,
         )
     return out
 
 
-def kernel_constexprs(
-    preset: Preset,
-    fields: dict[str, int],
-    cfg: AttentionConfig,
-    group: int,
-    num_q_heads: int,
-    splits: int,
-    block_q: int,
-    *,
-    saturate_query: bool = True,
-    key_lut: int = 0,
-    value_words: bool = False,
-) -> dict[str, object]:
-    """The attention kernel's compile-time arguments for one launch: the launcher passes
-    them, and ``tq_triton.xpu_compile`` compiles exactly these. ``fields``:
-    ``KernelFields.constexprs()`` of the cache layout; ``saturate_query``: not
-    :func:`cast_saturates` for the launch's device; ``key_lut``: :func:`key_lut_mode`;
-    ``value_words``: ``cfg.value_words`` for 4-bit values."""
-    return dict(
-        G=group,
-        G_PAD=next_pow2(group),
-        NUM_Q_HEADS=num_q_heads,
-        NUM_SPLITS=splits,
-        BLOCK_Q=block_q,
-        BLOCK_KV=cfg.block_kv,
-        **fields,
-        NORM_CORRECTION=preset.norm_correction,
-        PREFETCH=cfg.prefetch,
-        BALANCE=bool(cfg.split_budget) and splits > 1,
-        SKIP_EMPTY=bool(cfg.skip_empty) and splits > 1,
-        # the prefetch mode stages loads by hand: its loop carries no num_stages
-        LOOP_STAGES=None if cfg.prefetch else cfg.num_stages,
-        VALUE_ACC=cfg.value_acc,
-        SATURATE_QUERY=saturate_query,
-        KEY_LUT=key_lut,
-        VALUE_WORDS=value_words,
-    )
-
-
 def _centroids(preset: Preset, head_dim: int, device: torch.device, table: bool) -> torch.Tensor:
-    """The kernels' ``Centroids`` argument (``kernel_args[5]``): a placeholder for fp8 keys,
-    else ``key_lut``'s register table (``table``) or the fp16 codebook."""
+    """The kernels' ``Centroids`` argument: a placeholder for fp8 keys, else ``key_lut``'s
+    register table (``table``) or the fp16 codebook."""
     if preset.key_is_fp8:
         return dummy(device)
     return cached_lut_table(preset, head_dim, device) if table else cached_codebook(preset, head_dim, device)[2]
-
-
-def key_lut_mode(preset: Preset, cfg: AttentionConfig, device: torch.device) -> int:
-    """The kernel's ``KEY_LUT`` for 3-bit codebook keys (0 for other presets): 1, PTX byte
-    permutes, on NVIDIA GPUs when ``cfg.key_lut`` is 1 or 2; 2, the same table in Triton
-    integer operations, elsewhere when ``cfg.key_lut`` is 2; else 0 (centroids gathered
-    from memory)."""
-    if not cfg.key_lut or preset.key_is_fp8 or preset.key_bits != 3:
-        return 0
-    if _nvidia(device):
-        return 1
-    return 2 if cfg.key_lut == 2 else 0
 
 
 def _kernel_query_scaling(scale: float) -> tuple[float, float]:

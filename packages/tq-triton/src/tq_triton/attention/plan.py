@@ -1,18 +1,41 @@
-"""The launch plan of an attention call: tile rows, kv splits and the tuning lookup."""
+"""The launch plan of an attention call: what runs, decided on the host from the call's shapes,
+the tuning table and the device's facts, before anything is launched.
+
+:func:`plan_attention` answers every question of a launch in one place: the tuned parameters
+(``tuning``), the tile's query rows, the kv splits, which kernel runs (the Gluon kernel where
+``AttentionConfig.gluon`` asks for it and :func:`gluon_refusal` has no objection, else the
+portable one: one visible rule, logged once per reason under ``TQ_DEBUG``), its
+instruction set, the key decode, and the compile-time arguments. ``launch`` then only
+allocates and launches.
+"""
 
 from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import triton
 
-from ..device import multiprocessor_count
-from ..tuning import AttentionConfig, attention_config
+from tq_core import Preset
+from tq_core.contract import debug_enabled
+
+from ..device import DeviceFacts, device_facts
+from ..tuning import AttentionConfig, attention_config, launch_options
 
 # the longest q_len per request that the tiles are planned for; longer requests are
 # computed correctly in several query chunks, slower
 MAX_QUERY_LEN = 16
 # the most query rows (q heads of a GQA group times query tokens) of one program's tile
 MAX_BLOCK_M = 128
+# the Gluon kernel: one warp per 16 query rows, at most 4 warps
+GLUON_ROWS = (16, 32, 64)
+GLUON_HEAD_DIMS = (64, 128, 256)
+GLUON_BLOCK_KV = (16, 32, 64)
+
+logger = logging.getLogger("tq_triton")
 
 
 def next_pow2(n: int) -> int:
@@ -35,25 +58,189 @@ def plan_block_q(group_pad: int, max_query_len: int, min_rows: int = 16) -> int:
     return max(1, min(q, MAX_BLOCK_M // group_pad))
 
 
-def plan_tile(
-    device: torch.device, preset: str, group_pad: int, longest: int, config: AttentionConfig | None = None
-) -> tuple[AttentionConfig, int]:
-    """The launch parameters (``config`` or the tuned ones, looked up by the tile's natural
-    rows) and the query tokens per program, padded to the parameters' ``min_rows``."""
-    cfg = config or plan_config(device, preset, longest, plan_block_q(group_pad, longest) * group_pad)
-    return cfg, plan_block_q(group_pad, longest, cfg.min_rows)
-
-
-def plan_splits(cfg: AttentionConfig, device: torch.device, num_reqs: int, num_kv_heads: int) -> int:
+def plan_splits(cfg: AttentionConfig, multiprocessors: int, num_reqs: int, num_kv_heads: int) -> int:
     """How many programs share one (request, kv head)'s sequence: the table's fixed count, or
     enough for about ``cfg.waves`` programs per multiprocessor, at most ``cfg.max_kv_splits``."""
     if cfg.kv_splits:
         return cfg.kv_splits
-    want = triton.cdiv(cfg.waves * multiprocessor_count(device), max(1, num_reqs * num_kv_heads))
+    want = triton.cdiv(cfg.waves * multiprocessors, max(1, num_reqs * num_kv_heads))
     return max(1, min(cfg.max_kv_splits, want))
 
 
-def plan_config(device: torch.device, preset: str, longest: int, rows: int | None = None) -> AttentionConfig:
-    """The tuned launch parameters; tables are keyed by the query length (decode, verify) and,
-    where an entry names them, by the tile's query rows ``rows`` (``block_q * group_pad``)."""
-    return attention_config(device, preset, longest, rows)
+@functools.cache
+def gluon_available() -> bool:
+    """Whether the installed Triton has Gluon with the Ampere matrix instruction."""
+    try:
+        from triton.experimental.gluon.language.nvidia.ampere import mma_v2  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def gluon_keys(preset: Preset) -> bool:
+    """Whether the Gluon kernel decodes the preset's keys: fp8, or 3-bit codebook codes
+    (looked up in ``key_lut``'s register table, which the launcher then passes as
+    ``Centroids``)."""
+    return preset.key_is_fp8 or preset.key_bits == 3
+
+
+def gluon_refusal(preset: Preset, head_dim: int, rows: int, block_kv: int, block_size: int, facts: DeviceFacts) -> str:
+    """Why ``gluon_kernel`` cannot compute this launch, or ``""`` where it can: it needs an
+    NVIDIA GPU of compute capability 8.9 or later (fp8 conversions in hardware), fp8 or
+    3-bit codebook keys (:func:`gluon_keys`) and 4-bit values, head_dim 64/128/256, tiles
+    of 16, 32 or 64 query rows (one warp per 16), 16-64 tokens per tile, and a power-of-two
+    block size (a tile's groups of positions then never straddle a block)."""
+    if not facts.nvidia or facts.capability < (8, 9):
+        return "the device is not an NVIDIA GPU of compute capability 8.9 or later"
+    if not (gluon_keys(preset) and preset.value_bits == 4):
+        return f"{preset.name}: the Gluon kernel decodes fp8 or 3-bit codebook keys with 4-bit values"
+    if head_dim not in GLUON_HEAD_DIMS:
+        return f"head_dim {head_dim} is not one of {GLUON_HEAD_DIMS}"
+    if rows not in GLUON_ROWS:
+        return f"a tile of {rows} query rows is not one of {GLUON_ROWS}"
+    if block_kv not in GLUON_BLOCK_KV:
+        return f"block_kv {block_kv} is not one of {GLUON_BLOCK_KV}"
+    if block_size <= 0 or block_size & (block_size - 1):
+        return f"block_size {block_size} is not a power of two"
+    if not gluon_available():
+        return "this Triton has no Gluon with the Ampere matrix instruction"
+    return ""
+
+
+def wgmma_applies(rows: int, facts: DeviceFacts) -> bool:
+    """Whether a Gluon launch can use Hopper's warpgroup products (``AttentionConfig.wgmma``):
+    a tile of 64 query rows (one warpgroup of four warps) on a GPU of compute capability
+    9.x (``wgmma`` exists only there)."""
+    return rows == 64 and facts.capability[0] == 9
+
+
+@functools.cache
+def _log_portable(reason: str) -> None:
+    logger.warning("tq_triton: the tuning table asks for the Gluon kernel; the portable kernel runs: %s", reason)
+
+
+def key_lut_mode(preset: Preset, cfg: AttentionConfig, facts: DeviceFacts) -> int:
+    """The kernel's ``KEY_LUT`` for 3-bit codebook keys (0 for other presets): 1, PTX byte
+    permutes, on NVIDIA GPUs when ``cfg.key_lut`` is 1 or 2; 2, the same table in Triton
+    integer operations, elsewhere when ``cfg.key_lut`` is 2; else 0 (centroids gathered
+    from memory)."""
+    if not cfg.key_lut or preset.key_is_fp8 or preset.key_bits != 3:
+        return 0
+    if facts.nvidia:
+        return 1
+    return 2 if cfg.key_lut == 2 else 0
+
+
+def kernel_constexprs(
+    preset: Preset,
+    fields: dict[str, int],
+    cfg: AttentionConfig,
+    group: int,
+    num_q_heads: int,
+    splits: int,
+    block_q: int,
+    *,
+    saturate_query: bool = True,
+    key_lut: int = 0,
+) -> dict[str, object]:
+    """The portable kernel's compile-time arguments for one launch (the Gluon kernel takes
+    those of them it has): the launcher passes them, and the Xe2 compile check compiles
+    exactly these. ``fields``: ``KernelFields.constexprs()`` of the cache layout;
+    ``saturate_query``: not ``DeviceFacts.cast_saturates``; ``key_lut``:
+    :func:`key_lut_mode`."""
+    return dict(
+        G=group,
+        G_PAD=next_pow2(group),
+        NUM_Q_HEADS=num_q_heads,
+        NUM_SPLITS=splits,
+        BLOCK_Q=block_q,
+        BLOCK_KV=cfg.block_kv,
+        **fields,
+        NORM_CORRECTION=preset.norm_correction,
+        PREFETCH=cfg.prefetch,
+        BALANCE=bool(cfg.split_budget) and splits > 1,
+        SKIP_EMPTY=bool(cfg.skip_empty) and splits > 1,
+        # the prefetch mode stages loads by hand: its loop carries no num_stages
+        LOOP_STAGES=None if cfg.prefetch else cfg.num_stages,
+        SATURATE_QUERY=saturate_query,
+        KEY_LUT=key_lut,
+    )
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What one attention call launches. ``gluon``: the Gluon kernel runs (with Hopper's
+    warpgroup products where ``wgmma``), else the portable one; ``key_table``: the
+    ``Centroids`` argument is ``key_lut``'s register table (else the fp16 codebook, or a
+    placeholder for fp8 keys); ``split_programs``: the programs ``BALANCE`` aims to fill;
+    ``options``: launch keywords (``maxnreg``, Intel's ``grf_mode``)."""
+
+    cfg: AttentionConfig
+    block_q: int
+    splits: int
+    gluon: bool
+    wgmma: bool
+    key_table: bool
+    split_programs: int
+    constexprs: dict[str, object]
+    options: dict[str, Any]
+
+
+def plan_attention(
+    device: torch.device,
+    preset: Preset,
+    fields: dict[str, int],
+    num_q_heads: int,
+    num_kv_heads: int,
+    num_reqs: int,
+    longest: int,
+    block_size: int,
+    num_kv_splits: int | None = None,
+    config: AttentionConfig | None = None,
+) -> LaunchPlan:
+    """The plan of one call: ``config`` or the tuned parameters (looked up by the tile's
+    natural query rows), the tile padded to their ``min_rows``, the kv splits
+    (``num_kv_splits`` or :func:`plan_splits`), the kernel and its compile-time arguments.
+    ``fields``: the cache layout's ``KernelFields.constexprs()``; ``longest``: the batch's
+    longest q_len (:func:`longest_query`)."""
+    facts = device_facts(device)
+    group = num_q_heads // num_kv_heads
+    g_pad = next_pow2(group)
+    cfg = config or attention_config(device, preset.name, longest, plan_block_q(g_pad, longest) * g_pad)
+    block_q = plan_block_q(g_pad, longest, cfg.min_rows)
+    rows = block_q * g_pad
+    splits = (
+        num_kv_splits if num_kv_splits is not None else plan_splits(cfg, facts.multiprocessors, num_reqs, num_kv_heads)
+    )
+    gluon = False
+    if cfg.gluon:
+        why_not = gluon_refusal(preset, fields["D"], rows, cfg.block_kv, block_size, facts)
+        gluon = not why_not
+        if why_not and debug_enabled():
+            _log_portable(why_not)
+    key_lut = key_lut_mode(preset, cfg, facts)
+    options = dict(launch_options(device))
+    if cfg.max_registers and facts.nvidia:
+        options["maxnreg"] = cfg.max_registers
+    return LaunchPlan(
+        cfg=cfg,
+        block_q=block_q,
+        splits=splits,
+        gluon=gluon,
+        wgmma=gluon and bool(cfg.wgmma) and wgmma_applies(rows, facts),
+        # the Gluon kernel looks 3-bit keys up in the register table, whatever key_lut says
+        key_table=bool(key_lut) or gluon,
+        split_programs=cfg.split_budget * facts.multiprocessors if cfg.split_budget else 0,
+        constexprs=kernel_constexprs(
+            preset,
+            fields,
+            cfg,
+            group,
+            num_q_heads,
+            splits,
+            block_q,
+            saturate_query=not facts.cast_saturates,
+            key_lut=key_lut,
+        ),
+        options=options,
+    )

@@ -24,7 +24,7 @@ from ..bitpack import load_words, unpack
 from ..cache_fields import FP16_BYTES, field_ptr
 from ..codebook_decode import codebook_keys
 from ..key_lut import lut_keys
-from ..value_words import centred_values
+from .online_softmax import row_sum, tile_step, value_mid
 
 
 @triton.jit
@@ -106,19 +106,15 @@ def attend_tile(
     KBITS: tl.constexpr,
     VBITS: tl.constexpr,
     NORM_CORRECTION: tl.constexpr,
-    VALUE_ACC: tl.constexpr,
     KEY_LUT: tl.constexpr = 0,
-    VALUE_WORDS: tl.constexpr = False,
 ):
     """Decode one loaded tile (:func:`load_tile`'s tuple) and fold it into the online
-    softmax state ``(m_i, l_i, acc, r_i, f_i)``, which it returns updated. The query is
-    ``q16 * q_scale`` (a scalar power of two, a kernel argument): the scores are multiplied
-    by ``q_scale`` where they enter the exponent (one fused multiply-add per score) and the
-    running maximum. ``KEY_LUT`` (3-bit codebook keys only): 0 gathers the centroids from
-    ``Centroids`` (the fp16 codebook); 1 and 2 look them up in a register table
-    (``Centroids`` is then ``key_lut.lut_words``' table), 1 through PTX (cuda), 2 emulated.
-    ``VALUE_WORDS`` (4-bit values only): decode value codes two per 32-bit operation
-    (``value_words``); ``acc``'s columns are then in ``value_words.value_columns`` order."""
+    softmax state ``(m_i, l_i, acc, r_i, f_i)``, which it returns updated, by
+    ``online_softmax.tile_step`` (the rule both kernels share). The query is
+    ``q16 * q_scale`` (a scalar power of two, a kernel argument). ``KEY_LUT`` (3-bit
+    codebook keys only): 0 gathers the centroids from ``Centroids`` (the fp16 codebook);
+    1 and 2 look them up in a register table (``Centroids`` is then ``key_lut.lut_words``'
+    table), 1 through PTX (cuda), 2 emulated."""
     ck0, ck1, ck2, ckn, cv0, cv1, cv2, cvs, cvz = tile
     pos = start + tl.arange(0, BLOCK_KV)
     if KEY_FP8:
@@ -143,61 +139,11 @@ def attend_tile(
 
     visible = row_ok[:, None] & (pos[None, :] < hi) & (pos[None, :] <= row_pos[:, None])
     s = tl.where(visible, s, float("-inf"))
-    # q_scale is a positive power of two, so the row maximum commutes with it and
-    # s * q_scale - m is exactly 0 at the maximum, whatever its magnitude
-    m_new = tl.maximum(m_i, tl.max(s, axis=1) * q_scale)
-    # a row that has seen nothing yet keeps m = -inf; shift by 0 to avoid inf - inf
-    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.exp2(m_i - m_ref)
-    p = tl.exp2(s * q_scale - m_ref[:, None])
-    l_i = l_i * alpha + tl.sum(p, axis=1)
-
-    # Values are decoded to fp16 numbers by setting bits only, and the value scales are folded
-    # into the probabilities, normalised by the tile's largest scale smax.
-    if VALUE_WORDS:
-        # fp16 code - 8 (exact), two codes per 32-bit operation
-        v16 = centred_values(cv0, BLOCK_KV, D)
-    else:
-        # 1 + code / 2^VBITS
-        vc = unpack(cv0, cv1, cv2, VBITS, BLOCK_KV, D)
-        v16 = ((vc << (10 - VBITS)) | 0x3C00).to(tl.uint16).to(tl.float16, bitcast=True)
-        if VALUE_ACC:
-            v16 = v16 - 1.5  # centred: code / 2^VBITS - 1/2, exact (see below)
     vscale = cvs.to(tl.float32)
-    smax = tl.max(vscale, axis=0)
-    smax = tl.where(smax > 0, smax, 1.0)
-    pw = (p * (vscale / smax)[None, :]).to(tl.float16)
-
-    if VALUE_WORDS:
-        # value_t = zero_t + scale_t (code_t - 8) + 8 scale_t, so
-        # sum_t p_t value_t = smax dot(pw, v16) + sum_t p_t mid_t
-        mid = cvz.to(tl.float32) + vscale * 8.0
-        if VALUE_ACC:
-            acc = tl.dot(pw, v16, acc * (alpha * (f_i / smax))[:, None])
-            r_i = r_i * alpha + tl.sum(p * mid[None, :], axis=1)
-            return m_new, l_i, acc, r_i, smax
-        else:
-            acc = acc * alpha[:, None] + tl.dot(pw, v16) * smax + tl.sum(p * mid[None, :], axis=1)[:, None]
-            return m_new, l_i, acc, r_i, f_i
-
-    # With f = smax 2^VBITS, sum_t p_t (zero_t + code_t scale_t) follows from one matrix
-    # product. The output is kept as f_i * acc + r_i.
-    f = smax * (1 << VBITS)
-    if VALUE_ACC:
-        # The matrix unit accumulates into acc, rescaled by one factor per row: no other pass
-        # over the [M, D] tile. With codes centred (code / 2^VBITS - 1/2, an exact subtraction)
-        # the sum is f dot(pw, v16) + sum_t p_t (zero_t + scale_t 2^(VBITS-1)). Centring
-        # matters: the matrix unit truncates as it accumulates, so acc must not carry an
-        # offset that r_i cancels only at the end (uncentred, a 32k-token sequence on one
-        # split exceeds test_attention's error limit on an H200).
-        acc = tl.dot(pw, v16, acc * (alpha * (f_i / f))[:, None])
-        mid = cvz.to(tl.float32) + vscale * (1 << (VBITS - 1))
-        r_i = r_i * alpha + tl.sum(p * mid[None, :], axis=1)
-    else:
-        # each tile's product is corrected, scaled and added in its own passes; f_i stays 1 and
-        # r_i 0. Fewer live registers, which suits one-warp decode with 3-bit keys
-        pv = tl.dot(pw, v16) - tl.sum(pw.to(tl.float32), axis=1)[:, None]
-        zsum = tl.sum(p * cvz.to(tl.float32)[None, :], axis=1)
-        acc = acc * alpha[:, None] + pv * f + zsum[:, None]
-        f = f_i
-    return m_new, l_i, acc, r_i, f
+    m_i, l_i, f_i, w, factor, p, alpha = tile_step(s, q_scale, m_i, l_i, f_i, vscale)
+    # fp16 code - 2^(VBITS-1), exact: 0x6400 | code is the fp16 number 1024 + code
+    vc = unpack(cv0, cv1, cv2, VBITS, BLOCK_KV, D)
+    v16 = (vc | 0x6400).to(tl.uint16).to(tl.float16, bitcast=True) - (1024.0 + (1 << (VBITS - 1)))
+    acc = tl.dot(w, v16, acc * factor[:, None])
+    r_i = row_sum(r_i, alpha, p, value_mid(cvz, vscale, VBITS))
+    return m_i, l_i, acc, r_i, f_i

@@ -12,17 +12,23 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import importlib.util
-import json
 import sys
 from pathlib import Path
 
 import torch
 
-from tq_core import SUPPORTED_HEAD_DIMS, BackendUnavailableError, TQError, get_preset
+from tq_core import BackendUnavailableError, TQError, get_preset
 from tq_core.cli import UsageError
-from tq_core.cli.argtypes import choice_list, int_list, positive_int, preset_list
+from tq_core.cli.argtypes import choice_list, int_list, positive_int
+from tq_core.cli.options import (
+    add_block_size_option,
+    add_command,
+    add_head_dim_option,
+    add_json_option,
+    add_presets_option,
+)
+from tq_core.cli.output import utc_timestamp, write_json
 
 from .. import bench
 from ..device import device_key
@@ -32,12 +38,7 @@ from ._progress import progress
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "bench",
-        help="benchmark tq_triton against bf16 attention and baselines",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "bench", help="benchmark tq_triton against bf16 attention and baselines", doc=__doc__)
     p.add_argument(
         "--shapes",
         type=choice_list([*bench.SHAPES, "custom"], "shape"),
@@ -45,38 +46,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"comma list of named shapes ({', '.join(bench.SHAPES)}) or 'custom', built from the options below "
         "(default: poc,decode-32k,verify-32k,ragged)",
     )
-    p.add_argument(
-        "--presets",
-        type=preset_list,
-        default="turboquant_k3v4_nc,turboquant_k8v4",
-        help="comma list of presets, or 'all' (default: turboquant_k3v4_nc,turboquant_k8v4)",
-    )
+    add_presets_option(p, default="turboquant_k3v4_nc,turboquant_k8v4")
     p.add_argument("--batch", type=positive_int, default=8, help="custom shape: requests (default 8)")
     p.add_argument("--q-heads", type=positive_int, default=32, help="custom shape: query heads (default 32)")
     p.add_argument(
         "--kv-heads", type=positive_int, default=8, help="custom shape: kv heads, dividing --q-heads (default 8)"
     )
-    p.add_argument(
-        "--head-dim", type=int, choices=SUPPORTED_HEAD_DIMS, default=128, help="custom shape: head dim (default 128)"
-    )
+    add_head_dim_option(p, help="custom shape: head dim (default 128)")
     p.add_argument("--seq-len", type=positive_int, default=8192, help="custom shape: tokens per request (default 8192)")
     p.add_argument("--q-len", type=positive_int, default=1, help="custom shape: query tokens per request (default 1)")
     p.add_argument(
-        "--q-lens",
-        type=int_list(1),
-        default=None,
-        help="custom shape: comma list of q_len per request (ragged; sets the batch size)",
+        "--q-lens", type=int_list(1), help="custom shape: comma list of q_len per request (ragged; sets the batch size)"
     )
-    p.add_argument("--block-size", type=positive_int, default=16, help="tokens per cache block (default 16)")
+    add_block_size_option(p)
     p.add_argument(
-        "--seq-lens",
-        type=int_list(1),
-        default=None,
-        help="comma list: also run each shape at these sequence lengths (for --plot)",
+        "--seq-lens", type=int_list(1), help="comma list: also run each shape at these sequence lengths (for --plot)"
     )
     p.add_argument("--no-baselines", action="store_true", help="skip the per-token baselines")
     p.add_argument("--no-store", action="store_true", help="skip the store throughput rows")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the rows as JSON to PATH")
+    add_json_option(p, what="the rows")
     p.add_argument(
         "--plot",
         type=Path,
@@ -184,13 +172,13 @@ def run(args: argparse.Namespace) -> int:
     meta = {
         "device": device_key(dev),
         "copy_bandwidth_gbs": bw,
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": utc_timestamp(),
         "command": "tq " + " ".join(sys.argv[1:]),
         "torch": torch.__version__,
         "triton": __import__("triton").__version__,
     }
     if args.json:
-        args.json.write_text(json.dumps({"meta": meta, "rows": rows, "gate": gate}, indent=1) + "\n")
+        write_json(args.json, {"meta": meta, "rows": rows, "gate": gate})
     if args.plot:
         _plot(rows, bw, args.plot)
     return 0

@@ -12,18 +12,16 @@ import time
 
 import torch
 
-from tq_core.cli.argtypes import positive_int, preset
+from tq_core.cli.argtypes import positive_int
+from tq_core.cli.options import add_command, add_preset_option
 
 from .. import bench
 from . import gpu_device
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "profile",
-        help="torch.profiler summary of tq_triton.attention on one shape",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = add_command(
+        subparsers, "profile", help="torch.profiler summary of tq_triton.attention on one shape", doc=__doc__
     )
     p.add_argument(
         "--shape",
@@ -31,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=sorted(bench.SHAPES),
         help="benchmark shape, as in tq bench (default decode-32k)",
     )
-    p.add_argument("--preset", type=preset, default="turboquant_k3v4_nc", help="preset (default turboquant_k3v4_nc)")
+    add_preset_option(p, default="turboquant_k3v4_nc")
     p.add_argument("--iters", type=positive_int, default=20, help="calls timed and profiled (default 20)")
     p.set_defaults(func=run)
 

@@ -10,9 +10,7 @@ Needs a cuda or xpu GPU.
 from __future__ import annotations
 
 import argparse
-import datetime
 import itertools
-import json
 import re
 import sys
 from dataclasses import asdict, replace
@@ -21,7 +19,9 @@ from pathlib import Path
 import torch
 
 from tq_core import get_preset
-from tq_core.cli.argtypes import choice_list, int_list, positive_int, preset_list
+from tq_core.cli.argtypes import choice_list, int_list, positive_int
+from tq_core.cli.options import add_command, add_presets_option
+from tq_core.cli.output import utc_timestamp, write_json
 
 from .. import bench, tuning
 from ..device import device_key
@@ -36,6 +36,18 @@ from ._progress import progress
 BUCKET_SHAPES = {"q1": "decode-32k", "q8": "verify-32k", "q8:m64": "poc"}
 
 MODES = {"prefetch": 1, "pipeline": 0}
+
+# the AttentionConfig fields swept as plain value lists: (flag, field, allowed values or None
+# for any integer >= 0, what the value means; tuning.AttentionConfig documents each)
+KNOB_OPTIONS = (
+    ("--key-lut", "key_lut", (0, 1, 2), "3-bit keys from a register table where native (1), always (2), never (0)"),
+    ("--min-rows", "min_rows", (16, 32, 64, 128), "the fewest query rows per tile (more query tokens per program)"),
+    ("--gluon", "gluon", (0, 1), "1: the explicit-layout kernel where it applies, 0: the portable kernel"),
+    ("--wgmma", "wgmma", (0, 1), "with --gluon 1: Hopper's warpgroup products for 64-row tiles on sm_90"),
+    ("--split-budget", "split_budget", None, "N > 0: kv splits sized from the batch's lengths for N programs per SM"),
+    ("--skip-empty", "skip_empty", (0, 1), "1: a kv split with no position for its rows writes only -inf"),
+)
+KNOBS = tuple(field for _, field, _, _ in KNOB_OPTIONS)
 
 
 def modes_list(text: str) -> list[tuple[int, int]]:
@@ -52,13 +64,8 @@ def modes_list(text: str) -> list[tuple[int, int]]:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "sweep",
-        help="tune tq_triton's launch parameters on this GPU",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--presets", type=preset_list, default="all", help="comma list of presets, or 'all' (default)")
+    p = add_command(subparsers, "sweep", help="tune tq_triton's launch parameters on this GPU", doc=__doc__)
+    add_presets_option(p)
     p.add_argument(
         "--buckets",
         type=choice_list(BUCKET_SHAPES, "bucket"),
@@ -99,59 +106,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="comma list of programs per multiprocessor to aim for where splits is 0 (one-warp programs want "
         "many) (default 4,16,64)",
     )
-    p.add_argument(
-        "--value-acc",
-        type=int_list(0, choices=(0, 1)),
-        default="0,1",
-        help="comma list of 0/1; 1: the value product accumulates into the output inside the matrix unit; "
-        "0: a separate pass (default 0,1)",
-    )
-    p.add_argument(
-        "--key-lut",
-        type=int_list(0, choices=(0, 1, 2)),
-        default=str(AttentionConfig.key_lut),
-        help="comma list of key_lut modes for 3-bit codebook keys: 1 register table where native, 2 always, "
-        f"0 gathered from memory (default {AttentionConfig.key_lut})",
-    )
-    p.add_argument(
-        "--value-words",
-        type=int_list(0, choices=(0, 1)),
-        default=str(AttentionConfig.value_words),
-        help="comma list of 0/1; 1: 4-bit value codes decoded two per 32-bit operation "
-        f"(default {AttentionConfig.value_words})",
-    )
-    p.add_argument(
-        "--min-rows",
-        type=int_list(16, choices=(16, 32, 64, 128)),
-        default=str(AttentionConfig.min_rows),
-        help="comma list of the fewest query rows per tile (powers of two, 16-128): a verify tile with "
-        f"fewer rows takes more query tokens (default {AttentionConfig.min_rows})",
-    )
-    p.add_argument(
-        "--gluon",
-        type=int_list(0, choices=(0, 1, 2, 3)),
-        default=str(AttentionConfig.gluon),
-        help="comma list of 0/1/2/3; 1: the explicit-layout kernel where it applies (cuda, fp8 or 3-bit codebook "
-        "keys and 4-bit values, tiles of 16-64 tokens; its warps follow the rows), 2: the same with two shared "
-        "buffers per tile, 3: with Hopper's warpgroup products for 64-row tiles on sm_90 (other tiles as 1) "
-        f"(default {AttentionConfig.gluon})",
-    )
-    p.add_argument(
-        "--split-budget",
-        type=int_list(0),
-        default=str(AttentionConfig.split_budget),
-        help="comma list of split budgets; N > 0: kv splits sized on the device from the batch's lengths for "
-        "about N programs per multiprocessor, each request's tiles dealt out evenly over the splits it needs (the "
-        f"split count is then an upper bound); 0: each request's sequence divided evenly (default "
-        f"{AttentionConfig.split_budget})",
-    )
-    p.add_argument(
-        "--skip-empty",
-        type=int_list(0, choices=(0, 1)),
-        default=str(AttentionConfig.skip_empty),
-        help="comma list of 0/1; 1: a kv split with no position for its query rows skips its work and writes only "
-        f"-inf log-sum-exps, which the merge skips (default {AttentionConfig.skip_empty})",
-    )
+    for flag, field, choices, what in KNOB_OPTIONS:
+        p.add_argument(
+            flag,
+            type=int_list(0, choices=choices),
+            default=str(getattr(AttentionConfig, field)),
+            help=f"comma list of {field} values: {what} (default {getattr(AttentionConfig, field)})",
+        )
     p.add_argument(
         "--seq-len", type=positive_int, default=None, help="override the shapes' sequence length (default 32768)"
     )
@@ -177,18 +138,16 @@ def attention_grid(
     splits: list[int],
     max_registers: list[int],
     waves: list[int],
-    value_acc: list[int] | None = None,
-    key_lut: list[int] | None = None,
-    value_words: list[int] | None = None,
-    min_rows: list[int] | None = None,
-    gluon: list[int] | None = None,
-    split_budget: list[int] | None = None,
-    skip_empty: list[int] | None = None,
+    **knobs: list[int] | None,
 ) -> list[AttentionConfig]:
     """Every combination to time; `modes` are (prefetch, stages). Waves only vary where the
     split count is chosen from the grid (splits 0); fixed split counts are timed once.
-    `value_acc`, `key_lut`, `value_words`, `min_rows`, `gluon`, `split_budget`, `skip_empty`:
-    None keeps AttentionConfig's default."""
+    `knobs`: lists of values for the fields of :data:`KNOBS`; a field left out or None keeps
+    AttentionConfig's default."""
+    unknown = set(knobs) - set(KNOBS)
+    if unknown:
+        raise TypeError(f"attention_grid: unknown knobs {sorted(unknown)}")
+    values = [knobs.get(k) or [getattr(AttentionConfig, k)] for k in KNOBS]
     return [
         AttentionConfig(
             block_kv=bkv,
@@ -198,43 +157,17 @@ def attention_grid(
             kv_splits=sp,
             waves=wv,
             max_registers=reg,
-            value_acc=va,
-            key_lut=kl,
-            value_words=vw,
-            min_rows=mr,
-            gluon=gk,
-            split_budget=sb,
-            skip_empty=se,
+            **dict(zip(KNOBS, combo, strict=True)),
         )
         for bkv, w, (pf, st), sp, reg in itertools.product(block_kv, warps, modes, splits, max_registers)
         for wv in (waves if sp == 0 else [AttentionConfig.waves])
-        for va in (value_acc or [AttentionConfig.value_acc])
-        for kl in (key_lut or [AttentionConfig.key_lut])
-        for vw in (value_words or [AttentionConfig.value_words])
-        for mr in (min_rows or [AttentionConfig.min_rows])
-        for gk in (gluon or [AttentionConfig.gluon])
-        for sb in (split_budget or [AttentionConfig.split_budget])
-        for se in (skip_empty or [AttentionConfig.skip_empty])
+        for combo in itertools.product(*values)
     ]
 
 
 def table_entry(cfg: AttentionConfig, ms: float) -> dict[str, int | float]:
     """The table entry for a measured configuration (`waves` only where it chose the splits)."""
-    keys = [
-        "block_kv",
-        "num_warps",
-        "num_stages",
-        "kv_splits",
-        "prefetch",
-        "max_registers",
-        "value_acc",
-        "key_lut",
-        "value_words",
-        "min_rows",
-        "gluon",
-        "split_budget",
-        "skip_empty",
-    ]
+    keys = ["block_kv", "num_warps", "num_stages", "kv_splits", "prefetch", "max_registers", *KNOBS]
     if cfg.kv_splits == 0:
         keys.append("waves")
     entry: dict[str, int | float] = {k: getattr(cfg, k) for k in keys}
@@ -251,13 +184,7 @@ def run(args: argparse.Namespace) -> int:
         args.splits,
         args.max_registers,
         args.waves,
-        args.value_acc,
-        args.key_lut,
-        args.value_words,
-        args.min_rows,
-        args.gluon,
-        args.split_budget,
-        args.skip_empty,
+        **{k: getattr(args, k) for k in KNOBS},
     )
     dev = gpu_device()
     name = device_key(dev)
@@ -266,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
         "match": [name],
         "source": {
             "command": "tq " + " ".join(sys.argv[1:]),
-            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "date": utc_timestamp(),
             "torch": torch.__version__,
             "triton": __import__("triton").__version__,
         },
@@ -306,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
         _sweep_store(table, presets, dev)
     out = args.out or (tuning.user_table_dir() / f"{_slug(name)}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(table, indent=1) + "\n")
+    write_json(out, table)
     tuning.clear_cache()
     print(f"wrote {out}")
     for preset, sec in table["attention"].items():

@@ -1,6 +1,8 @@
 """Compile tq-triton's kernels for an Intel Xe2 GPU to SPIR-V, without the GPU.
 
-Run by the ``xpu_compile`` nox session (nox_sessions/xpu.py) in an environment with Intel's
+A test tool, not part of the tq-triton wheel: run as a script (``python
+nox_sessions/xpu_compile_check.py``) by the ``xpu_compile`` and ``xpu_compile-full`` nox
+sessions (nox_sessions/xpu.py) in an environment with Intel's
 Triton (``triton-xpu``), ``intel-sycl-rt`` (its headers and ``libsycl.so`` build the backend's
 small helper modules), a CPU torch, Level Zero's loader and headers (``libze1``, ``libze-dev``)
 and ``CC=g++``. ``triton.compile`` runs the Intel backend's whole pipeline (TTIR, TTGIR, LLVM
@@ -20,7 +22,12 @@ The distinct compiles run in a pool of ``--jobs`` processes (default: every CPU,
 ``TQ_XPU_COMPILE_JOBS`` overrides); a line per compile is printed as it finishes, then one
 table row per distinct compile in job order. Exits 1 on any failure.
 
-``python -m tq_triton.xpu_compile [--quick] [--only REGEX] [--jobs N]``
+``--cover`` compiles a representative subset instead of the whole matrix: a greedy cover of
+the distinct compiles in which each kernel meets each preset, head_dim, GQA group, q bucket,
+kv split kind (1, more), tile row count, resolved Xe2 table configuration and variant at least
+once, not their product (``xpu_compile`` runs it; ``xpu_compile-full`` the whole matrix).
+
+``python nox_sessions/xpu_compile_check.py [--cover] [--quick] [--knobs] [--only REGEX] [--list] [--jobs N]``
 """
 
 from __future__ import annotations
@@ -33,11 +40,18 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
+from pathlib import Path
 from typing import Any
+
+# Run as a script, this file's folder comes first on sys.path, and it holds the nox session
+# modules triton.py and vllm.py, which would shadow the real packages: drop it (pool processes
+# inherit the trimmed path).
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if not p or Path(p).resolve() != _HERE]
 
 # The properties Intel's backend reads from a device (triton/backends/intel/compiler.py,
 # XPUBackend.parse_target, min_dot_size, make_ttgir). The values are Battlemage G21's (Arc B580):
@@ -90,6 +104,8 @@ class Job:
     constexprs: dict[str, Any]
     options: dict[str, Any]
     needs_dpas: bool = False
+    # what the launch stands for in --cover: (kernel, axis, value) triples
+    covers: frozenset[Hashable] = frozenset()
 
     def key(self) -> tuple[Any, ...]:
         """Launches with the same key compile to the same kernel: the same constexprs, options
@@ -121,6 +137,7 @@ class Result:
     job: Job
     out: Compiled = field(default_factory=Compiled)
     labels: list[str] = field(default_factory=list)
+    jobs: list[Job] = field(default_factory=list)  # every launch merged into this compile
 
     @property
     def slm_ok(self) -> bool:
@@ -153,7 +170,7 @@ def _signature(arg_names: list[str], constexprs: dict[str, Any], types: dict[str
 
 def xe2_table() -> dict[str, Any]:
     """The shipped table whose ``match`` list names the Xe2 device (user tables are skipped)."""
-    from . import tuning
+    from tq_triton import tuning
 
     table = tuning.table_for(XE2_DEVICE_NAME)
     if table is None or "xe2" not in table["_path"]:
@@ -164,25 +181,22 @@ def xe2_table() -> dict[str, Any]:
 def attention_cfg(preset: str, query_len: int, rows: int = 0) -> Any:
     """What ``attention.plan.plan_config`` returns on an Xe2 card for tiles of ``rows`` query
     rows (no environment overrides)."""
-    from .tuning import _attention_cached, q_bucket
+    from tq_triton.tuning import _attention_cached, q_bucket
 
     return _attention_cached(XE2_DEVICE_NAME, preset, q_bucket(query_len), (), rows)
 
 
 def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
-    """Every launch to compile. ``knobs``: also each attention launch with the experimental
-    kernel knobs on (``KEY_LUT`` 2, the register table's integer emulation, for 3-bit
-    codebook keys; ``VALUE_WORDS`` for 4-bit values; ``BALANCE``, ``split_budget``'s split
-    sizes, and ``SKIP_EMPTY``, ``skip_empty``, where the launch has kv splits; bf16 partial
-    outputs, ``bf16_partials``, for the attention and merge kernels, the merge also with
-    ``SKIP_EMPTY``), which the xpu path does not use by default."""
+    """Every launch to compile. ``knobs``: also each attention launch with the knobs on that
+    the xpu path does not use by default (``KEY_LUT`` 2, the register table's integer
+    emulation, for 3-bit codebook keys; ``BALANCE``, ``split_budget``'s split sizes, and
+    ``SKIP_EMPTY``, ``skip_empty``, where the launch has kv splits), and the merge kernel
+    with ``SKIP_EMPTY``."""
     import tq_core
-
-    from .attention.kernel import MERGE_WARPS, attention_kernel, merge_kernel
-    from .attention.launch import kernel_constexprs
-    from .attention.plan import next_pow2, plan_block_q
-    from .store import _store_kernel
-    from .tuning import _store_cached
+    from tq_triton.attention.kernel import MERGE_WARPS, attention_kernel, merge_kernel
+    from tq_triton.attention.plan import kernel_constexprs, next_pow2, plan_block_q
+    from tq_triton.store import _store_kernel
+    from tq_triton.tuning import _store_cached, q_bucket
 
     table = xe2_table()
     xpu_opts = dict(table.get("xpu_launch_options", {}))
@@ -206,6 +220,7 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
                 _signature(_store_kernel.arg_names, scx, stypes),
                 scx,
                 dict(num_warps=scfg.num_warps, **xpu_opts),
+                covers=_axes("store", preset=name, d=d, table=astuple(scfg)),
             )
             for g in groups:
                 g_pad = next_pow2(g)
@@ -232,10 +247,8 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
                         variants = [("", cx, types)]
                         if knobs:
                             lut = 2 if not p.key_is_fp8 and p.key_bits == 3 else 0
-                            kcx = dict(cx, KEY_LUT=lut, VALUE_WORDS=p.value_bits == 4)
-                            kcx |= dict(BALANCE=splits > 1, SKIP_EMPTY=splits > 1)
-                            ktypes = dict(types, Partial="*bf16")  # bf16_partials
-                            variants.append((" knobs", kcx, dict(ktypes, Centroids="*i32") if lut else ktypes))
+                            kcx = dict(cx, KEY_LUT=lut, BALANCE=splits > 1, SKIP_EMPTY=splits > 1)
+                            variants.append((" knobs", kcx, dict(types, Centroids="*i32") if lut else types))
                         for suffix, vcx, vtypes in variants:
                             yield Job(
                                 "attention",
@@ -245,30 +258,66 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
                                 vcx,
                                 dict(num_warps=cfg.num_warps, **xpu_opts),
                                 needs_dpas=True,
+                                covers=_axes(
+                                    "attention",
+                                    preset=name,
+                                    d=d,
+                                    group=g,
+                                    bucket=q_bucket(qlen),
+                                    splits="1" if splits == 1 else ">1",
+                                    rows=block_q * g_pad,
+                                    table=astuple(cfg),
+                                    # each preset with one kv split and more, as is and with knobs
+                                    variant=(name, splits > 1, suffix),
+                                    # the cache layout, and the tile shape (DPAS shapes,
+                                    # shared local memory: the largest is d256 x 128 rows)
+                                    preset_d=(name, d),
+                                    d_rows=(d, block_q * g_pad),
+                                ),
                             )
     for d in head_dims:
         splits = attention_cfg(presets[0], 1).max_kv_splits
         mtypes = {"Partial": "*fp32", "Lse": "*fp32", "Out": f"*{INPUT_DTYPE}", "QueryStart": "*i32"}
-        # VALUE_COLUMNS: partial outputs of 4-bit values (the launcher sets it from VALUE_WORDS);
-        # with knobs, bf16 partial outputs too (bf16_partials), empty splits skipped (skip_empty)
-        for columns, partial in ((False, "*fp32"), (True, "*fp32"), *(((True, "*bf16"),) if knobs else ())):
+        # VALUE_COLUMNS: partial outputs in 4-bit values' column order (the launcher sets it
+        # after the Gluon kernel); with knobs, empty splits skipped too (skip_empty)
+        for columns, skip in ((False, False), (True, False), *(((False, True),) if knobs else ())):
             mcx = dict(
                 NUM_Q_HEADS=4 * NUM_KV_HEADS,
                 NUM_SPLITS=splits,
                 SPLITS_PAD=next_pow2(splits),
                 D=d,
                 VALUE_COLUMNS=columns,
-                SKIP_EMPTY=partial == "*bf16",
+                SKIP_EMPTY=skip,
                 stride_qs=1,
             )
             yield Job(
                 "merge",
-                f"d{d} s{splits}{' value_columns' if columns else ''}{' bf16 (knobs)' if partial == '*bf16' else ''}",
+                f"d{d} s{splits}{' value_columns' if columns else ''}{' skip_empty (knobs)' if skip else ''}",
                 merge_kernel,
-                _signature(merge_kernel.arg_names, mcx, dict(mtypes, Partial=partial)),
+                _signature(merge_kernel.arg_names, mcx, mtypes),
                 mcx,
                 dict(num_warps=MERGE_WARPS, **xpu_opts),
+                covers=_axes("merge", d=d, columns=columns, skip=skip),
             )
+
+
+def _axes(kernel: str, **values: Any) -> frozenset[Hashable]:
+    """The (kernel, axis, value) triples a launch covers; the kernel alone is one too."""
+    return frozenset({(kernel, "kernel", kernel), *((kernel, axis, v) for axis, v in values.items())})
+
+
+def cover(todo: list[tuple[int, Result]]) -> list[tuple[int, Result]]:
+    """A greedy cover of the distinct compiles (job order kept): repeatedly the compile whose
+    launches cover the most (kernel, axis, value) triples not yet covered, the first such in job
+    order, until each triple is covered by at least one compile."""
+    covers = [frozenset().union(*(j.covers for j in r.jobs)) for _, r in todo]
+    uncovered = set().union(*covers)
+    keep: set[int] = set()
+    while uncovered:
+        best = max(range(len(todo)), key=lambda i: (len(covers[i] & uncovered), -i))
+        keep.add(best)
+        uncovered -= covers[best]
+    return [ir for i, ir in enumerate(todo) if i in keep]
 
 
 def _explain(exc: BaseException) -> str:
@@ -321,7 +370,7 @@ def _setup_env(tuning_dir: str) -> None:
     user's measured one), with the tuning cache cleared after the switch."""
     os.environ.pop("TRITON_INTERPRET", None)
     os.environ["TQ_TUNING_DIR"] = tuning_dir
-    from . import tuning
+    from tq_triton import tuning
 
     tuning.clear_cache()
 
@@ -396,13 +445,20 @@ def jobs_default() -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="head_dim 128 and GQA group 4 only")
+    ap.add_argument(
+        "--cover",
+        action="store_true",
+        help="a representative subset: each preset, head_dim, GQA group, q bucket, kv split kind, tile row count "
+        "and Xe2 table configuration at least once per kernel (a greedy cover, not the product)",
+    )
     ap.add_argument("--only", default="", help="compile only launches whose label matches this regex")
     ap.add_argument(
         "--knobs",
         action="store_true",
-        help="also compile each attention launch with the experimental knobs on (key_lut 2, value_words 1, "
-        "split_budget and skip_empty where there are kv splits, bf16 partial outputs, with their merge kernel)",
+        help="also compile each attention launch with the knobs on that xpu does not use by default (key_lut 2; "
+        "split_budget and skip_empty where there are kv splits, with their merge kernel)",
     )
+    ap.add_argument("--list", action="store_true", help="print the compiles it would run, compile none")
     ap.add_argument(
         "--jobs",
         type=int,
@@ -420,12 +476,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"triton {triton.__version__}; target xpu {XE2_DEVICE_NAME}, sub-group {WARP_SIZE}; SPIR-V only")
     with tempfile.TemporaryDirectory() as empty:
         _setup_env(empty)
-        return _run(args, empty)
+        return _list(args) if args.list else _run(args, empty)
+
+
+def _list(args: argparse.Namespace) -> int:
+    todo = _distinct(args)
+    for _, r in todo:
+        print(f"{r.job.kernel:<9} {', '.join(r.labels)}")
+    print(f"{len(todo)} distinct compiles for {sum(len(r.labels) for _, r in todo)} launch configurations")
+    return 0 if todo else 1
 
 
 def _distinct(args: argparse.Namespace) -> list[tuple[int, Result]]:
     """The launches to compile, merged by key (identical constexprs and options compile once),
-    in job order, each with the index of its first job in ``jobs(args.quick, args.knobs)``."""
+    in job order, each with the index of its first job in ``jobs(args.quick, args.knobs)``;
+    with ``--cover``, only a cover of them (:func:`cover`)."""
     distinct: dict[tuple[Any, ...], tuple[int, Result]] = {}
     for index, job in enumerate(jobs(args.quick, args.knobs)):
         if args.only and not re.search(args.only, f"{job.kernel} {job.label}"):
@@ -434,7 +499,9 @@ def _distinct(args: argparse.Namespace) -> list[tuple[int, Result]]:
         if key not in distinct:
             distinct[key] = (index, Result(job))
         distinct[key][1].labels.append(job.label)
-    return list(distinct.values())
+        distinct[key][1].jobs.append(job)
+    todo = list(distinct.values())
+    return cover(todo) if args.cover else todo
 
 
 def _compile_all(todo: list[tuple[int, Result]], args: argparse.Namespace, tuning_dir: str) -> None:

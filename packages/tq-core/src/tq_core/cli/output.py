@@ -1,0 +1,23 @@
+"""Files and stamps the tq subcommands write with their results."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from typing import Any
+
+
+def write_json(path: str | os.PathLike[str], doc: Any) -> None:
+    """``doc`` as JSON (one-space indent, a final newline) to ``path``."""
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+
+
+def utc_timestamp() -> str:
+    """The current time as ``YYYY-MM-DD HH:MM UTC``, the date field of the commands' JSON."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+__all__ = ["utc_timestamp", "write_json"]
