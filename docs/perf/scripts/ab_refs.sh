@@ -65,7 +65,7 @@ run)
             name=${case%%@*}
             vars=()
             [ "$case" != "$name" ] && IFS=, read -r -a vars <<< "${case#*@}"
-            log="$out/ab-${case//[^A-Za-z0-9_.=-]/_}-r$round.log"
+            log="$out/ab-${case//[^A-Za-z0-9_.-]/_}-r$round.log"
             echo "== $case, round $round"
             env ${vars[@]+"${vars[@]}"} PYTHONPATH="${site[$name]}" python3 -m tq_core.cli bench \
                 --shapes "$shapes" --presets "$presets" --no-baselines ${store[@]+"${store[@]}"} >"$log" 2>&1 \
