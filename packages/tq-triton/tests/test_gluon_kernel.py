@@ -22,6 +22,7 @@ import torch
 from tqt_helpers import ON_GPU, assert_close, make_batch, run_triton
 
 import tq_core
+from tq_core.testing.quick import cover, quick_enabled
 from tq_triton.attention import gluon_launch, launch, plan
 from tq_triton.device import DeviceFacts
 from tq_triton.device_tensors import lut_table
@@ -54,16 +55,30 @@ COMPILED = [
 
 
 @needs_gluon
+def _compiled_cover() -> list[tuple]:
+    """:data:`COMPILED`, or under ``TQ_TEST_QUICK`` a cover of it: each preset, head_dim, tile
+    rows, split kind and form (split_budget, wgmma, skip_empty) at least once."""
+    if not quick_enabled():
+        return COMPILED
+
+    def values(c: tuple) -> set:
+        flags = (*c[6:], 0, 0, 0)[:3]
+        return {("preset", c[0]), ("d", c[4]), ("rows", c[1] * c[2]), ("splits", c[5] > 1), ("form", flags)}
+
+    return [COMPILED[i] for i in sorted(cover([values(c) for c in COMPILED]))]
+
+
 def test_compiles_for_sm90():
     # in a process of its own: under TRITON_INTERPRET=1 (CI) Gluon functions cannot compile
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     helper = Path(__file__).with_name("tqt_gluon_compile.py")
-    args = [",".join(map(str, c)) for c in COMPILED]
+    compiled = _compiled_cover()
+    args = [",".join(map(str, c)) for c in compiled]
     run = subprocess.run([sys.executable, str(helper), *args], env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     checks = json.loads(run.stdout.splitlines()[-1])
-    assert len(checks) == len(COMPILED)
-    for config, found in zip(COMPILED, checks, strict=True):
+    assert len(checks) == len(compiled)
+    for config, found in zip(compiled, checks, strict=True):
         if len(config) > 7 and config[7]:
             # the warpgroup products, and no m16n8k16 instruction left
             assert found["wgmma"] and not found["mma"], config
