@@ -167,7 +167,7 @@ def test_both_launchers_pass_the_tables_launch_options(monkeypatch, gen, device)
     monkeypatch.setattr(launch, "attention_kernel", grabs["attention"])
     options = {"grf_mode": "large"}
     monkeypatch.setattr(st, "launch_options", lambda dev: dict(options))
-    monkeypatch.setattr(plan, "launch_options", lambda dev: dict(options))
+    monkeypatch.setattr(plan, "launch_options_for", lambda name, device_type: dict(options))
     b = make_batch(gen, "turboquant_k3v4_nc", [5, 9], [1, 2], head_dim=64, num_kv_heads=1, group=2, device=device)
     key = torch.randn(3, 1, 64, generator=gen).to(device, torch.bfloat16)
     slots = torch.tensor([0, 1, 2], device=device)
@@ -181,12 +181,11 @@ def test_both_launchers_pass_the_tables_launch_options(monkeypatch, gen, device)
 @pytest.mark.parametrize(("nvidia", "cap", "want"), [(True, 128, {"maxnreg": 128}), (True, 0, {}), (False, 128, {})])
 def test_register_cap_reaches_nvidia_launches_only(nvidia, cap, want, monkeypatch):
     facts = DeviceFacts("some GPU", nvidia, (9, 0) if nvidia else (0, 0), 132)
-    monkeypatch.setattr(plan, "device_facts", lambda dev: facts)
-    monkeypatch.setattr(plan, "launch_options", lambda dev: {})
+    monkeypatch.setattr(plan, "launch_options_for", lambda name, device_type: {})
     cfg = tuning.AttentionConfig(max_registers=cap)
     p = tq_core.get_preset("turboquant_k8v4")
     fields = p.kernel_fields(p.block_layout(64, 16, 1)).constexprs()
-    got = plan.plan_attention(torch.device("cpu"), p, fields, 4, 1, 2, 1, 16, config=cfg)
+    got = plan.plan_attention(facts, p, fields, 4, 1, 2, 1, 16, config=cfg)
     assert got.options == want
 
 
@@ -418,11 +417,11 @@ def test_attention_looks_up_the_query_length_bucket(monkeypatch, gen, device, gr
     # decode with 4 q heads per kv head runs 4-token tiles; its table entry is still q1
     seen = []
 
-    def spy(dev, preset, max_query_len, rows=None):
+    def spy(device_name, preset, max_query_len, rows=None):
         seen.append((tuning.q_bucket(max_query_len), rows))
         return tuning.AttentionConfig(block_kv=16, num_warps=4, num_stages=1)
 
-    monkeypatch.setattr(plan, "attention_config", spy)
+    monkeypatch.setattr(plan, "attention_config_for", spy)
     b = make_batch(gen, "turboquant_k8v4", [40, 21], q_lens, head_dim=64, num_kv_heads=1, group=group, device=device)
     tq_triton.attention(*b.args())
     tq_triton.attention(*b.args(), max_query_len=b.max_query_len)

@@ -120,7 +120,7 @@ def test_a_request_the_gluon_kernel_cannot_serve_is_routed_and_logged_once(gen, 
     monkeypatch.setenv("TQ_GLUON", "1")
     monkeypatch.setenv("TQ_BLOCK_KV", "128")
     monkeypatch.setenv("TQ_DEBUG", "1")
-    monkeypatch.setattr(plan, "device_facts", lambda dev: H100)
+    monkeypatch.setattr(launch, "device_facts", lambda dev: H100)
     plan._log_portable.cache_clear()
     calls = []
     monkeypatch.setattr(launch, "launch_gluon", lambda *a, **kw: calls.append(1) or True)
@@ -142,7 +142,7 @@ def test_launcher_passes_the_warpgroup_form(wgmma, group, expected, gen, device,
     monkeypatch.setenv("TQ_GLUON", "1")
     monkeypatch.setenv("TQ_WGMMA", str(wgmma))
     monkeypatch.setattr(plan, "gluon_refusal", lambda *args: "")
-    monkeypatch.setattr(plan, "device_facts", lambda dev: H100)
+    monkeypatch.setattr(launch, "device_facts", lambda dev: H100)
     seen = []
 
     def recorder(grid, args, constexprs, options=None, wgmma=False):
@@ -253,7 +253,7 @@ def test_the_launch_passes_the_key_table_and_the_config(preset, wgmma, gen, devi
     monkeypatch.setenv("TQ_KEY_LUT", "0")
     monkeypatch.setenv("TQ_MAX_REGISTERS", "168")
     monkeypatch.setattr(plan, "gluon_refusal", lambda *a: "")
-    monkeypatch.setattr(plan, "device_facts", lambda dev: H100)
+    monkeypatch.setattr(launch, "device_facts", lambda dev: H100)
     calls = []
     monkeypatch.setattr(launch, "launch_gluon", lambda *a, **kw: calls.append((a, kw)) or True)
     b = make_batch(gen, preset, [40, 9], [1, 3], head_dim=64, num_kv_heads=1, group=4, device=device)

@@ -91,6 +91,8 @@ class DeviceFacts:
     nvidia: bool
     capability: tuple[int, int]
     multiprocessors: int
+    # torch's device type ("cuda", "xpu", "cpu" under the interpreter)
+    type: str = "cuda"
 
     @property
     def cast_saturates(self) -> bool:
@@ -99,12 +101,15 @@ class DeviceFacts:
 
 
 def device_facts(device: torch.device) -> DeviceFacts:
-    """The device's facts; each is looked up once per device (the interpreter's state is read
-    per call, so that tests may switch it)."""
+    """The device's facts, after :func:`check_runnable` (which raises where Triton cannot run
+    kernels on it); each is looked up once per device (the interpreter's state is read per
+    call, so that tests may switch it)."""
+    check_runnable(device)
     is_nvidia = nvidia(device)
     return DeviceFacts(
         name=device_key(device),
         nvidia=is_nvidia,
         capability=capability(device) if is_nvidia else (0, 0),
         multiprocessors=multiprocessor_count(device),
+        type=device.type,
     )

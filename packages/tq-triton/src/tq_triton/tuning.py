@@ -253,7 +253,12 @@ def _attention_cached(
 def attention_config(device: torch.device, preset: str, max_query_len: int, rows: int | None = None) -> AttentionConfig:
     """Launch parameters for a batch whose longest request has ``max_query_len`` query tokens;
     ``rows``: the query rows of one program's tile, for entries keyed by them (``"q8:m64"``)."""
-    return _attention_cached(device_key(device), preset, q_bucket(max_query_len), _env_overrides(), rows or 0)
+    return attention_config_for(device_key(device), preset, max_query_len, rows)
+
+
+def attention_config_for(device_name: str, preset: str, max_query_len: int, rows: int | None = None) -> AttentionConfig:
+    """:func:`attention_config` for a device named ``device_name`` (``device.device_key``)."""
+    return _attention_cached(device_name, preset, q_bucket(max_query_len), _env_overrides(), rows or 0)
 
 
 @functools.cache
@@ -286,4 +291,9 @@ def launch_options(device: torch.device) -> dict[str, Any]:
     """
     if device.type != "xpu":
         return {}
-    return dict(_xpu_launch_cached(device_key(device)))
+    return launch_options_for(device_key(device), device.type)
+
+
+def launch_options_for(device_name: str, device_type: str) -> dict[str, Any]:
+    """:func:`launch_options` for a device named ``device_name`` of torch type ``device_type``."""
+    return dict(_xpu_launch_cached(device_name)) if device_type == "xpu" else {}

@@ -10,7 +10,7 @@ import torch
 from tq_core import Preset, RangeError, ShapeError
 from tq_core.contract import check_attention_args, debug_enabled
 
-from ..device import check_runnable
+from ..device import device_facts
 from ..device_tensors import cached_codebook, cached_lut_table, dummy
 from ..tuning import AttentionConfig
 from .gluon_launch import launch_gluon
@@ -101,7 +101,8 @@ def attention(
         query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, check_values=debug_enabled()
     )
     max_query_len, num_kv_splits = _check_hints(max_query_len, num_kv_splits)
-    check_runnable(query.device)
+    # raises where Triton cannot run kernels on the device (even for an empty batch)
+    facts = device_facts(query.device)
     nq, hq, d = query.shape
     hk = args.num_kv_heads
     group = hq // hk
@@ -118,7 +119,7 @@ def attention(
     dev = query.device
     p = args.preset
     plan = plan_attention(
-        dev,
+        facts,
         p,
         args.fields.constexprs(),
         hq,

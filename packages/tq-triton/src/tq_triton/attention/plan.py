@@ -16,14 +16,13 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 import triton
 
 from tq_core import Preset
 from tq_core.contract import debug_enabled
 
-from ..device import DeviceFacts, device_facts
-from ..tuning import AttentionConfig, attention_config, launch_options
+from ..device import DeviceFacts
+from ..tuning import AttentionConfig, attention_config_for, launch_options_for
 
 # the longest q_len per request that the tiles are planned for; longer requests are
 # computed correctly in several query chunks, slower
@@ -187,7 +186,7 @@ class LaunchPlan:
 
 
 def plan_attention(
-    device: torch.device,
+    facts: DeviceFacts,
     preset: Preset,
     fields: dict[str, int],
     num_q_heads: int,
@@ -202,11 +201,10 @@ def plan_attention(
     natural query rows), the tile padded to their ``min_rows``, the kv splits
     (``num_kv_splits`` or :func:`plan_splits`), the kernel and its compile-time arguments.
     ``fields``: the cache layout's ``KernelFields.constexprs()``; ``longest``: the batch's
-    longest q_len (:func:`longest_query`)."""
-    facts = device_facts(device)
+    longest q_len (:func:`longest_query`); ``facts``: the device's (``device.device_facts``)."""
     group = num_q_heads // num_kv_heads
     g_pad = next_pow2(group)
-    cfg = config or attention_config(device, preset.name, longest, plan_block_q(g_pad, longest) * g_pad)
+    cfg = config or attention_config_for(facts.name, preset.name, longest, plan_block_q(g_pad, longest) * g_pad)
     block_q = plan_block_q(g_pad, longest, cfg.min_rows)
     rows = block_q * g_pad
     splits = (
@@ -219,7 +217,7 @@ def plan_attention(
         if why_not and debug_enabled():
             _log_portable(why_not)
     key_lut = key_lut_mode(preset, cfg, facts)
-    options = dict(launch_options(device))
+    options = launch_options_for(facts.name, facts.type)
     if cfg.max_registers and facts.nvidia:
         options["maxnreg"] = cfg.max_registers
     return LaunchPlan(
