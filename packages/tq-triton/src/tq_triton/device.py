@@ -75,14 +75,6 @@ def nvidia(device: torch.device) -> bool:
     return device.type == "cuda" and torch.version.hip is None and not interpreter_active()
 
 
-def cast_saturates(device: torch.device) -> bool:
-    """Whether the attention kernels' round-toward-zero fp32 -> fp16 cast saturates finite
-    values at ±65504 by itself, as IEEE 754 prescribes for that rounding: true for NVIDIA
-    GPUs (``cvt.rz.f16.f32``). Elsewhere the kernels clamp the query first: the Triton
-    interpreter's cast overflows to NaN, and on xpu the cast was compiled but never run."""
-    return nvidia(device)
-
-
 @dataclass(frozen=True)
 class DeviceFacts:
     """What a launch plan needs to know of its device (:func:`device_facts`)."""
@@ -96,7 +88,10 @@ class DeviceFacts:
 
     @property
     def cast_saturates(self) -> bool:
-        """See :func:`cast_saturates`."""
+        """Whether the attention kernels' round-toward-zero fp32 -> fp16 cast saturates finite
+        values at ±65504 by itself, as IEEE 754 prescribes for that rounding: true for NVIDIA
+        GPUs (``cvt.rz.f16.f32``). Elsewhere the kernels clamp the query first: the Triton
+        interpreter's cast overflows to NaN, and on xpu the cast was compiled but never run."""
         return self.nvidia
 
 

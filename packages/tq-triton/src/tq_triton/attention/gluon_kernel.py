@@ -27,7 +27,7 @@ chooses for the portable kernel:
 Gluon kernels do not run under Triton's interpreter: ``tests/test_gluon_kernel.py``
 compiles this one for sm_90 on any machine and tests it against tq-core on a GPU. It is
 launched where ``AttentionConfig.gluon`` is 1 (the H200 table's entries, or ``TQ_GLUON``),
-on cuda, for the launches ``gluon_launch.gluon_applies`` accepts.
+on cuda, for the launches ``plan.gluon_refusal`` does not refuse.
 
 The tile step's arithmetic is ``online_softmax``'s, compiled here as Gluon: the portable
 kernel computes the same numbers.
@@ -357,7 +357,7 @@ def gluon_attention_kernel(
 ):
     """``WARPS``: the launch's warps, ``BLOCK_Q * G_PAD / 16`` (one per 16 query rows), at
     most 4. Keys fp8 or 3-bit codebook codes (``Centroids`` is then ``key_lut.lut_words``'
-    table; unused for fp8), values 4-bit (see ``gluon_launch.gluon_applies``). The other
+    table; unused for fp8), values 4-bit (see ``plan.gluon_refusal``). The other
     constexprs are ``kernel.attention_kernel``'s."""
     BLOCK_M: gl.constexpr = BLOCK_Q * G_PAD
     gl.static_assert(not WGMMA or BLOCK_M == 64, "WGMMA: 64 rows")

@@ -89,7 +89,7 @@ def attention_kernel(
     (``LOOP_STAGES`` is None). Otherwise a tile is loaded in the iteration that decodes it
     and Triton's pipeliner stages the loads over ``LOOP_STAGES`` stages.
     ``SATURATE_QUERY``: clamp the scaled query to ±65504 before its round-toward-zero
-    fp16 cast; False where that cast saturates by itself (see ``launch.cast_saturates``).
+    fp16 cast; False where that cast saturates by itself (see ``device.DeviceFacts.cast_saturates``).
     ``KEY_LUT``: see ``tile.attend_tile`` (``Centroids`` is then the register table).
     ``BALANCE``: the kv splits are
     sized from the batch's lengths for about ``split_programs`` programs
