@@ -107,6 +107,13 @@ class Job:
     # what the launch stands for in --cover: (kernel, axis, value) triples
     covers: frozenset[Hashable] = frozenset()
 
+    @classmethod
+    def of(
+        cls, kernel: str, label: str, fn: Any, constexprs: dict[str, Any], types: dict[str, str], options: dict, **kw
+    ) -> Job:
+        """A launch of ``fn`` whose arguments not in ``constexprs`` have ``types`` (default i32)."""
+        return cls(kernel, label, fn, _signature(fn.arg_names, constexprs, types), constexprs, options, **kw)
+
     def key(self) -> tuple[Any, ...]:
         """Launches with the same key compile to the same kernel: the same constexprs, options
         and argument types (a pointer's element type, e.g. bf16 partial outputs, changes the
@@ -213,12 +220,12 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
             scx["stride_sm"] = 1
             stypes = {"K": f"*{INPUT_DTYPE}", "V": f"*{INPUT_DTYPE}", "Cache": "*u8", "SlotMapping": "*i64"}
             stypes["Bounds"] = "*fp32"
-            yield Job(
+            yield Job.of(
                 "store",
                 f"{name} d{d}",
                 _store_kernel,
-                _signature(_store_kernel.arg_names, scx, stypes),
                 scx,
+                stypes,
                 dict(num_warps=scfg.num_warps, **xpu_opts),
                 covers=_axes("store", preset=name, d=d, table=astuple(scfg)),
             )
@@ -250,12 +257,12 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
                             kcx = dict(cx, KEY_LUT=lut, BALANCE=splits > 1, SKIP_EMPTY=splits > 1)
                             variants.append((" knobs", kcx, dict(types, Centroids="*i32") if lut else types))
                         for suffix, vcx, vtypes in variants:
-                            yield Job(
+                            yield Job.of(
                                 "attention",
                                 f"{name} d{d} g{g} q{qlen} s{splits}{suffix}",
                                 attention_kernel,
-                                _signature(attention_kernel.arg_names, vcx, vtypes),
                                 vcx,
+                                vtypes,
                                 dict(num_warps=cfg.num_warps, **xpu_opts),
                                 needs_dpas=True,
                                 covers=_axes(
@@ -290,12 +297,12 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
                 SKIP_EMPTY=skip,
                 stride_qs=1,
             )
-            yield Job(
+            yield Job.of(
                 "merge",
                 f"d{d} s{splits}{' value_columns' if columns else ''}{' skip_empty (knobs)' if skip else ''}",
                 merge_kernel,
-                _signature(merge_kernel.arg_names, mcx, mtypes),
                 mcx,
+                mtypes,
                 dict(num_warps=MERGE_WARPS, **xpu_opts),
                 covers=_axes("merge", d=d, columns=columns, skip=skip),
             )
@@ -444,21 +451,23 @@ def jobs_default() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="head_dim 128 and GQA group 4 only")
-    ap.add_argument(
-        "--cover",
-        action="store_true",
-        help="a representative subset: each preset, head_dim, GQA group, q bucket, kv split kind, tile row count "
-        "and Xe2 table configuration at least once per kernel (a greedy cover, not the product)",
+    switches = (
+        ("--quick", "head_dim 128 and GQA group 4 only"),
+        (
+            "--cover",
+            "a representative subset: each preset, head_dim, GQA group, q bucket, kv split kind, tile row count "
+            "and Xe2 table configuration at least once per kernel (a greedy cover, not the product)",
+        ),
+        (
+            "--knobs",
+            "also compile each attention launch with the knobs on that xpu does not use by default (key_lut 2; "
+            "split_budget and skip_empty where there are kv splits, with their merge kernel)",
+        ),
+        ("--list", "print the compiles it would run, compile none"),
     )
+    for flag, what in switches:
+        ap.add_argument(flag, action="store_true", help=what)
     ap.add_argument("--only", default="", help="compile only launches whose label matches this regex")
-    ap.add_argument(
-        "--knobs",
-        action="store_true",
-        help="also compile each attention launch with the knobs on that xpu does not use by default (key_lut 2; "
-        "split_budget and skip_empty where there are kv splits, with their merge kernel)",
-    )
-    ap.add_argument("--list", action="store_true", help="print the compiles it would run, compile none")
     ap.add_argument(
         "--jobs",
         type=int,

@@ -9,24 +9,10 @@ import pytest
 import torch
 
 import tq_core
-from tq_core import (
-    DeviceError,
-    DtypeError,
-    LayoutError,
-    PresetError,
-    RangeError,
-    ShapeError,
-    TQError,
-    attention,
-    decode_kv,
-    encode_kv,
-    from_vllm_cache,
-    get_preset,
-    store,
-    to_vllm_cache,
-)
+from tq_core import attention, decode_kv, encode_kv, from_vllm_cache, get_preset, store, to_vllm_cache
 from tq_core.checks import check_attention_args
 from tq_core.contract import check_host_metadata
+from tq_core.errors import DeviceError, DtypeError, LayoutError, PresetError, RangeError, ShapeError, TQError
 
 NAME = "turboquant_k3v4_nc"
 D = 64
@@ -45,6 +31,7 @@ def raises(exc: type[TQError], match: str):
 def test_error_hierarchy():
     for cls in (PresetError, ShapeError, DtypeError, DeviceError, LayoutError, RangeError):
         assert issubclass(cls, TQError) and issubclass(cls, ValueError)
+        assert getattr(tq_core, cls.__name__) is cls  # exported at the top level too
     assert issubclass(tq_core.BackendUnavailableError, TQError)
     assert issubclass(tq_core.BackendUnavailableError, RuntimeError)
 

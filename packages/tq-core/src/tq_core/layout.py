@@ -136,28 +136,34 @@ class KernelFields:
         }
 
 
+# the members of KernelFields that BlockLayout has under the same name and meaning
+_SAME_IN_BLOCK_LAYOUT = (
+    "head_dim",
+    "block_size",
+    "num_kv_heads",
+    "head_stride",
+    "block_bytes",
+    "key_offset",
+    "value_offset",
+    "scale_offset",
+    "zero_offset",
+)
+
+
 def kernel_fields(
     lay: BlockLayout, key_fp8: bool, key_bits: int, value_bits: int, norm_correction: bool
 ) -> KernelFields:
     """The :class:`KernelFields` of ``lay`` for a preset with these key/value formats."""
     return KernelFields(
-        head_dim=lay.head_dim,
+        **{name: getattr(lay, name) for name in _SAME_IN_BLOCK_LAYOUT},
         log2_head_dim=lay.head_dim.bit_length() - 1,
-        block_size=lay.block_size,
-        num_kv_heads=lay.num_kv_heads,
-        head_stride=lay.head_stride,
-        block_bytes=lay.block_bytes,
         key_fp8=key_fp8,
         key_bits=key_bits,
         value_bits=value_bits,
         norm_correction=norm_correction,
-        key_offset=lay.key_offset,
         key_width=lay.key_code_bytes,
         norm_offset=-1 if lay.norm_offset is None else lay.norm_offset,
-        value_offset=lay.value_offset,
         value_width=lay.value_code_bytes,
-        scale_offset=lay.scale_offset,
-        zero_offset=lay.zero_offset,
     )
 
 
@@ -201,12 +207,12 @@ def block_layout(slot: SlotLayout, block_size: int, num_kv_heads: int) -> BlockL
     if used > b * slot.slot_size_aligned:
         return None
     return BlockLayout(
-        head_dim=slot.head_dim,
+        **{
+            name: getattr(slot, name)
+            for name in ("head_dim", "slot_size_aligned", "key_code_bytes", "value_code_bytes")
+        },
         block_size=b,
         num_kv_heads=num_kv_heads,
-        slot_size_aligned=slot.slot_size_aligned,
-        key_code_bytes=slot.key_code_bytes,
-        value_code_bytes=slot.value_code_bytes,
         key_offset=key_offset,
         norm_offset=norm_offset,
         value_offset=value_offset,

@@ -85,19 +85,9 @@ def _shapes(args: argparse.Namespace) -> list[bench.Shape]:
                 raise UsageError(f"--q-heads {args.q_heads} must be a multiple of --kv-heads {args.kv_heads}")
             if max(qls or (args.q_len,)) > args.seq_len:
                 raise UsageError(f"query lengths must not exceed --seq-len {args.seq_len}")
-            out.append(
-                bench.Shape(
-                    "custom",
-                    batch=len(qls) if qls else args.batch,
-                    q_heads=args.q_heads,
-                    kv_heads=args.kv_heads,
-                    head_dim=args.head_dim,
-                    seq_len=args.seq_len,
-                    q_len=args.q_len,
-                    q_lens=qls,
-                    block_size=args.block_size,
-                )
-            )
+            same = ("q_heads", "kv_heads", "head_dim", "seq_len", "q_len", "block_size")  # option = field
+            batch = len(qls) if qls else args.batch
+            out.append(bench.Shape("custom", batch=batch, q_lens=qls, **{k: getattr(args, k) for k in same}))
         else:
             out.append(dataclasses.replace(bench.SHAPES[name], block_size=args.block_size))
     if args.seq_lens:

@@ -74,38 +74,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         + ", ".join(f"{b} (on {s})" for b, s in BUCKET_SHAPES.items())
         + " (default q1,q8,q8:m64)",
     )
-    p.add_argument(
-        "--block-kv",
-        type=int_list(1),
-        default="32,64,128",
-        help="comma list of key/value tile sizes (default 32,64,128)",
+    # the swept launch parameters: flag, parser, default, what the values are
+    lists = (
+        ("--block-kv", int_list(1), "32,64,128", "key/value tile sizes"),
+        ("--warps", int_list(1), "1,2,4", "warps per program"),
+        ("--modes", modes_list, "prefetch:1,pipeline:3", "prefetch:STAGES or pipeline:STAGES"),
+        ("--splits", int_list(0), "0,16,32", "split counts; 0 = from the grid size (--waves programs per SM)"),
+        ("--max-registers", int_list(0), "0", "register caps per thread to try (cuda maxnreg); 0 = compiler's choice"),
+        (
+            "--waves",
+            int_list(1),
+            "4,16,64",
+            "programs per multiprocessor to aim for where splits is 0 (one-warp programs want many)",
+        ),
     )
-    p.add_argument("--warps", type=int_list(1), default="1,2,4", help="comma list of warps per program (default 1,2,4)")
-    p.add_argument(
-        "--modes",
-        type=modes_list,
-        default="prefetch:1,pipeline:3",
-        help="comma list of prefetch:STAGES or pipeline:STAGES (default prefetch:1,pipeline:3)",
-    )
-    p.add_argument(
-        "--splits",
-        type=int_list(0),
-        default="0,16,32",
-        help="comma list of split counts; 0 = from the grid size (--waves programs per SM) (default 0,16,32)",
-    )
-    p.add_argument(
-        "--max-registers",
-        type=int_list(0),
-        default="0",
-        help="comma list of register caps per thread to try (cuda maxnreg); 0 = compiler's choice (default 0)",
-    )
-    p.add_argument(
-        "--waves",
-        type=int_list(1),
-        default="4,16,64",
-        help="comma list of programs per multiprocessor to aim for where splits is 0 (one-warp programs want "
-        "many) (default 4,16,64)",
-    )
+    for flag, parse, default, what in lists:
+        p.add_argument(flag, type=parse, default=default, help=f"comma list of {what} (default {default})")
     for flag, field, choices, what in KNOB_OPTIONS:
         p.add_argument(
             flag,
