@@ -13,7 +13,7 @@ Every kernel the xpu path launches is compiled, with the launch parameters the l
 would pass on an Xe2 card: ``_store_kernel`` (store.py) per preset and head_dim,
 ``attention_kernel`` per preset, head_dim, GQA group and q bucket 1..16 (tile rows from
 ``attention.plan.plan_block_q``, launch parameters from the shipped Xe2 tuning table the way
-``attention.plan.plan_config`` reads it, kv splits 1 and more than 1), and ``merge_kernel``
+``attention.plan.plan_attention`` reads it, kv splits 1 and more than 1), and ``merge_kernel``
 per head_dim. The xpu launch options of the table (``grf_mode``) are passed as the Intel
 backend reads them. Checks: every compile succeeds; every ``tt.dot`` of the attention kernel's
 TTGIR produces a ``#triton_intel_gpu.dpas`` layout; no LLVM inline assembly (cuda-only PTX)
@@ -185,12 +185,12 @@ def xe2_table() -> dict[str, Any]:
     return table
 
 
-def attention_cfg(preset: str, query_len: int, rows: int = 0) -> Any:
-    """What ``attention.plan.plan_config`` returns on an Xe2 card for tiles of ``rows`` query
-    rows (no environment overrides)."""
+def attention_cfg(preset: str, query_len: int, rows: int = 0, head_dim: int = 0) -> Any:
+    """What ``attention.plan.plan_attention`` looks up on an Xe2 card for tiles of ``rows``
+    query rows and this head dimension (no environment overrides)."""
     from tq_triton.tuning import _attention_cached, q_bucket
 
-    return _attention_cached(XE2_DEVICE_NAME, preset, q_bucket(query_len), (), rows)
+    return _attention_cached(XE2_DEVICE_NAME, preset, q_bucket(query_len), (), rows, head_dim)
 
 
 def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
@@ -232,7 +232,7 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
             for g in groups:
                 g_pad = next_pow2(g)
                 for qlen in QUERY_LENS:
-                    cfg = attention_cfg(name, qlen, plan_block_q(g_pad, qlen) * g_pad)
+                    cfg = attention_cfg(name, qlen, plan_block_q(g_pad, qlen) * g_pad, d)
                     block_q = plan_block_q(g_pad, qlen, cfg.min_rows)
                     for splits in (1, MULTI_SPLITS):
                         cx = kernel_constexprs(p, fields, cfg, g, g * NUM_KV_HEADS, splits, block_q)

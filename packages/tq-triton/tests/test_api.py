@@ -125,6 +125,23 @@ def test_entries_keyed_by_tile_rows_come_after_the_bucket(user_tables):
     assert got(1, 16) == (4, 64)  # another bucket's rows entry does not apply
 
 
+def test_entries_keyed_by_head_dim_come_after_the_rows(user_tables):
+    (user_tables / "mine.json").write_text(
+        '{"match": ["interpreter"], "attention": {"turboquant_k8v4": {"q1": {"num_warps": 2, "block_kv": 32},'
+        ' "q1:m16": {"block_kv": 16}, "q1:d64": {"num_warps": 1, "max_registers": 168}, "q8:d64": {"num_warps": 8}}}}'
+    )
+    cpu = torch.device("cpu")
+
+    def got(q_len, head_dim, rows=16):
+        cfg = tuning.attention_config(cpu, "turboquant_k8v4", q_len, rows, head_dim)
+        return cfg.num_warps, cfg.block_kv, cfg.max_registers
+
+    assert got(1, 128) == got(1, None) == (2, 16, 0)
+    assert got(1, 64) == (1, 16, 168)  # over the bucket, next to the rows entry
+    assert got(8, 128) == (4, 64, 0)  # another bucket's head_dim entry does not apply
+    assert got(8, 64) == (8, 64, 0)
+
+
 def test_user_dir_skips_files_that_are_not_tables(user_tables):
     tmp_path = user_tables
     (tmp_path / "bench.json").write_text('[{"shape": "poc"}]')
@@ -291,7 +308,11 @@ def test_min_rows_pads_the_launched_tile_and_keeps_the_result(monkeypatch, gen, 
 
 SHIPPED_TABLES = sorted(p.name for p in resources.files("tq_triton").joinpath("tuning_tables").iterdir())
 TABLE_KEYS = {"match", "attention", "store", "xpu_launch_options"}
-BUCKETS = {"*"} | {f"q{q}{rows}" for q in (1, 2, 4, 8, 16) for rows in ["", *(f":m{m}" for m in (16, 32, 64, 128))]}
+BUCKETS = {"*"} | {
+    f"q{q}{key}"
+    for q in (1, 2, 4, 8, 16)
+    for key in ["", *(f":m{m}" for m in (16, 32, 64, 128)), *(f":d{d}" for d in tq_core.SUPPORTED_HEAD_DIMS)]
+}
 
 
 @pytest.mark.parametrize("name", SHIPPED_TABLES)
@@ -348,6 +369,26 @@ def test_shipped_tables_are_found_and_read(device_name, preset, q_len, rows, wan
     monkeypatch.setattr(tuning, "device_key", lambda dev: device_name)
     cfg = tuning.attention_config(torch.device("cuda", 0), preset, q_len, rows)
     assert {k: getattr(cfg, k) for k in want} == want
+
+
+@pytest.mark.parametrize(
+    "preset,q_len,head_dim,want",
+    [
+        ("turboquant_k8v4", 1, 128, 168),
+        ("turboquant_k8v4", 1, 256, 0),
+        ("turboquant_k8v4", 4, 64, 168),
+        ("turboquant_k8v4", 4, 128, 0),
+        ("turboquant_3bit_nc", 1, 64, 168),
+        ("turboquant_3bit_nc", 1, 128, 0),
+        ("turboquant_3bit_nc", 2, 128, 168),
+        ("turboquant_3bit_nc", 16, 128, 0),
+        ("turboquant_k3v4_nc", 1, 64, 0),
+    ],
+)
+def test_shipped_h200_register_caps_follow_the_head_dim(preset, q_len, head_dim, want, monkeypatch, user_tables):
+    # runs/2026-12-02-register-caps: a cap of 168 wins at head_dim 64, loses at 256
+    monkeypatch.setattr(tuning, "device_key", lambda dev: "NVIDIA H200")
+    assert tuning.attention_config(torch.device("cuda", 0), preset, q_len, 16, head_dim).max_registers == want
 
 
 @pytest.mark.parametrize(("device_name", "want"), [("NVIDIA H200", 1), ("Intel(R) Arc(TM) B580 Graphics", 0)])
@@ -417,7 +458,8 @@ def test_attention_looks_up_the_query_length_bucket(monkeypatch, gen, device, gr
     # decode with 4 q heads per kv head runs 4-token tiles; its table entry is still q1
     seen = []
 
-    def spy(device_name, preset, max_query_len, rows=None):
+    def spy(device_name, preset, max_query_len, rows=None, head_dim=None):
+        assert head_dim == 64  # the cache's head dimension, for entries keyed by it
         seen.append((tuning.q_bucket(max_query_len), rows))
         return tuning.AttentionConfig(block_kv=16, num_warps=4, num_stages=1)
 

@@ -9,7 +9,8 @@ ones), reading ``attention.default["*"]``, ``attention.default[b]``, ``attention
 ``attention[p][b]`` in that order, then ``attention[p]["b:mM"]`` where the tile has ``M`` query
 rows (the q heads of a GQA group, padded to a power of two, times the query tokens per program:
 verification with 8 q heads per kv head has 64-row tiles, with 4 it has 32-row tiles, and the
-best tile can differ between them), then the environment variables of
+best tile can differ between them), then ``attention[p]["b:dD"]`` for head dimension ``D`` (the
+best register cap differs between head_dim 64 and 256), then the environment variables of
 :data:`ENV_OVERRIDES` (``TQ_BLOCK_KV``, ``TQ_NUM_WARPS``, ... ``TQ_SKIP_EMPTY``). The
 store reads its table entry, then :data:`STORE_ENV_OVERRIDES` (``TQ_CODE_SEARCH``).
 """
@@ -234,7 +235,7 @@ def _env_overrides(overrides: dict[str, str] = ENV_OVERRIDES) -> tuple[tuple[str
 
 @functools.cache
 def _attention_cached(
-    dev_name: str, preset: str, bucket: str, env: tuple[tuple[str, int], ...], rows: int = 0
+    dev_name: str, preset: str, bucket: str, env: tuple[tuple[str, int], ...], rows: int = 0, head_dim: int = 0
 ) -> AttentionConfig:
     cfg = AttentionConfig()
     t = table_for(dev_name)
@@ -247,18 +248,26 @@ def _attention_cached(
             cfg = _apply(cfg, sec.get(bucket), where)
             if rows:
                 cfg = _apply(cfg, sec.get(f"{bucket}:m{rows}"), where)
+            if head_dim:
+                cfg = _apply(cfg, sec.get(f"{bucket}:d{head_dim}"), where)
     return _apply(cfg, dict(env), "environment")
 
 
-def attention_config(device: torch.device, preset: str, max_query_len: int, rows: int | None = None) -> AttentionConfig:
+def attention_config(
+    device: torch.device, preset: str, max_query_len: int, rows: int | None = None, head_dim: int | None = None
+) -> AttentionConfig:
     """Launch parameters for a batch whose longest request has ``max_query_len`` query tokens;
-    ``rows``: the query rows of one program's tile, for entries keyed by them (``"q8:m64"``)."""
-    return attention_config_for(device_key(device), preset, max_query_len, rows)
+    ``rows``: the query rows of one program's tile, for entries keyed by them (``"q8:m64"``);
+    ``head_dim``: for entries keyed by it (``"q1:d64"``)."""
+    return attention_config_for(device_key(device), preset, max_query_len, rows, head_dim)
 
 
-def attention_config_for(device_name: str, preset: str, max_query_len: int, rows: int | None = None) -> AttentionConfig:
+def attention_config_for(
+    device_name: str, preset: str, max_query_len: int, rows: int | None = None, head_dim: int | None = None
+) -> AttentionConfig:
     """:func:`attention_config` for a device named ``device_name`` (``device.device_key``)."""
-    return _attention_cached(device_name, preset, q_bucket(max_query_len), _env_overrides(), rows or 0)
+    bucket = q_bucket(max_query_len)
+    return _attention_cached(device_name, preset, bucket, _env_overrides(), rows or 0, head_dim or 0)
 
 
 @functools.cache

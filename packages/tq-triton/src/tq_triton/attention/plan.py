@@ -204,7 +204,9 @@ def plan_attention(
     longest q_len (:func:`longest_query`); ``facts``: the device's (``device.device_facts``)."""
     group = num_q_heads // num_kv_heads
     g_pad = next_pow2(group)
-    cfg = config or attention_config_for(facts.name, preset.name, longest, plan_block_q(g_pad, longest) * g_pad)
+    cfg = config or attention_config_for(
+        facts.name, preset.name, longest, plan_block_q(g_pad, longest) * g_pad, fields["D"]
+    )
     block_q = plan_block_q(g_pad, longest, cfg.min_rows)
     rows = block_q * g_pad
     splits = (
