@@ -1,8 +1,9 @@
 """Sessions for every tq package. `nox -t tests`: the quick tests; `nox -t full`: every test (CI).
 
-`nox -s demo` runs the demo. The quick sessions (tests-triton, tests-vllm, xpu_compile) run a
-cover of the parametrised cases and compiles; their `-full` twins run all of them; the other
-test sessions carry both tags.
+`nox -s demo` runs the demo, `nox -s tests-served` the served-model tests (tag `served`:
+a real model behind vLLM's OpenAI server, about 11 minutes on 2 cores).
+The quick sessions (tests-triton, tests-vllm, xpu_compile) run a cover of the parametrised cases
+and compiles; their `-full` twins run all of them; the other test sessions carry both tags.
 
 Each package's sessions live in ``nox_sessions/<package>.py`` so that they can evolve
 independently; importing them registers the sessions.
@@ -24,4 +25,4 @@ nox.options.error_on_missing_interpreters = False
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = ["lint", "tests-core"]
 
-from nox_sessions import common, core, sycl, triton, vllm, xpu  # noqa: E402, F401
+from nox_sessions import common, core, served, sycl, triton, vllm, xpu  # noqa: E402, F401
