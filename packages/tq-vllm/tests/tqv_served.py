@@ -132,10 +132,6 @@ class Server:
             *self.extra_args,
         ]  # fmt: skip
 
-    def start(self, timeout: float = STARTUP_TIMEOUT_S) -> Server:
-        """Start the server and wait until ``/health`` answers 200 (see :meth:`wait_ready`)."""
-        return self.launch().wait_ready(timeout)
-
     def launch(self) -> Server:
         """Start the server's process and return at once."""
         self.workdir.mkdir(parents=True, exist_ok=True)
