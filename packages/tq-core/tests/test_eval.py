@@ -12,7 +12,15 @@ from tq_core.cli import main
 from tq_core.contract import core_backend
 from tq_core.errors import BackendUnavailableError, PresetError, RangeError
 from tq_core.eval import cache_attention, model, run
-from tq_core.eval.cache_attention import RAW, CacheAttention, layer_formats, raw_attention, round_trip
+from tq_core.eval.cache_attention import (
+    RAW,
+    CacheAttention,
+    layer_formats,
+    prompt_chunk_attention,
+    raw_attention,
+    raw_key_start,
+    round_trip,
+)
 from tq_core.eval.metrics import WindowScores, mean_se, summarize
 from tq_core.eval.text import default_text, make_windows
 
@@ -97,6 +105,55 @@ def test_cache_path_matches_decoded_dense_attention(gen):
     assert 0.02 < e.key_rel < 0.05  # 3-bit Lloyd-Max on Gaussian keys: about 3.4%
 
 
+def _served_loop(q, k, v, kh, vh, starts, scale):
+    """Per query row: the keys it reads (raw from its start, decoded before), softmax, sum."""
+    group = q.shape[1] // k.shape[1]
+    out = torch.empty(q.shape[0], q.shape[2], q.shape[1], q.shape[3], dtype=torch.float64)
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            for p in range(q.shape[2]):
+                kk = torch.stack([(k if j >= starts[p] else kh)[b, h // group, j] for j in range(p + 1)]).double()
+                vv = torch.stack([(v if j >= starts[p] else vh)[b, h // group, j] for j in range(p + 1)]).double()
+                w = torch.softmax(kk @ q[b, h, p].double() * scale, 0)
+                out[b, p, h] = w @ vv
+    return out
+
+
+def test_raw_key_start_follows_vllm_steps():
+    # a 10-token prompt fed 4 per step, then two decode steps
+    assert raw_key_start(12, 4, 10, torch.device("cpu")).tolist() == [0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 11, 12]
+    assert raw_key_start(5, 2, None, torch.device("cpu")).tolist() == [0, 0, 2, 2, 4]
+
+
+def test_prompt_chunk_attention_against_a_loop(gen):
+    q = torch.randn(2, 4, 11, 8, generator=gen)
+    k, v, kh, vh = (torch.randn(2, 2, 11, 8, generator=gen) for _ in range(4))
+    starts = raw_key_start(11, 3, 8, torch.device("cpu"))
+    out = prompt_chunk_attention(q, k, v, kh, vh, starts, 0.3)
+    torch.testing.assert_close(out.double(), _served_loop(q, k, v, kh, vh, starts.tolist(), 0.3), rtol=1e-5, atol=1e-6)
+
+
+def test_prompt_chunk_cache_path(gen):
+    """With prompt steps the cache path reads raw keys in the step and decoded ones before it:
+    one step as long as the window is raw attention; positions past the prompt equal the
+    decode path (tq-core's paged attention)."""
+    from tq_core import decode_kv, encode_kv
+
+    preset = "turboquant_k3v4_nc"
+    q = torch.randn(2, 6, 21, 64, generator=gen)
+    k, v = torch.randn(2, 2, 21, 64, generator=gen), torch.randn(2, 2, 21, 64, generator=gen)
+    whole = CacheAttention([preset], core_backend(), prompt_chunk=21)(0, q, k, v, 0.125)
+    torch.testing.assert_close(whole, raw_attention(q, k, v, 0.125), rtol=1e-5, atol=1e-6)
+    decode = CacheAttention([preset], core_backend())(0, q, k, v, 0.125)
+    mixed = CacheAttention([preset], core_backend(), prompt_chunk=4, prompt_len=13)(0, q, k, v, 0.125)
+    torch.testing.assert_close(mixed[:, 13:], decode[:, 13:], rtol=1e-4, atol=1e-5)
+    dec = [decode_kv(encode_kv(k[b].transpose(0, 1), v[b].transpose(0, 1), preset), preset, 64) for b in range(2)]
+    kh, vh = (torch.stack([x[i].transpose(0, 1) for x in dec]) for i in (0, 1))
+    ref = _served_loop(q, k, v, kh, vh, raw_key_start(21, 4, 13, torch.device("cpu")).tolist(), 0.125)
+    torch.testing.assert_close(mixed.double(), ref, rtol=1e-4, atol=1e-5)
+    assert (mixed[:, 4:13] - decode[:, 4:13]).abs().max() > 1e-3  # the prompt rows read raw keys
+
+
 def test_metrics_against_hand_computation():
     gen = torch.Generator().manual_seed(2)
     ids = torch.randint(0, 7, (3, 6), generator=gen)
@@ -129,6 +186,10 @@ def test_check_config_names_the_argument():
         run.check_config(run.EvalConfig(window=1))
     with pytest.raises(RangeError, match="boundary_layers"):
         run.check_config(run.EvalConfig(boundary_layers=(-1,)))
+    with pytest.raises(RangeError, match="prompt_chunk=-1"):
+        run.check_config(run.EvalConfig(prompt_chunk=-1))
+    with pytest.raises(RangeError, match="prompt_len=5"):
+        run.check_config(run.EvalConfig(prompt_len=5))
 
 
 def test_cli_rejects_bad_arguments(capsys):

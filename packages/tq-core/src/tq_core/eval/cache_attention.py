@@ -10,7 +10,10 @@ each layer does is set by the active :class:`CacheAttention` (``with CacheAttent
   with the backend's ``store`` into a paged cache with shuffled blocks, and the backend's
   ``attention`` computes every query position over that cache, causally: each token's own
   K/V are stored before it attends, as in a decode step, and every key it sees is decoded
-  from the cache;
+  from the cache. With ``prompt_chunk`` C > 0 the first ``prompt_len`` positions are
+  instead a prompt fed in steps of C tokens, as vLLM's chunked prefill feeds it: a query
+  attends to the raw K/V of its own step and to the decoded cache before it
+  (:func:`prompt_chunk_attention`); later positions keep decode semantics;
 - ``"bf16"`` / ``"fp8_e4m3"``: K and V rounded to that type (fp8 without scales, saturated
   at its largest finite value, as a plain fp8 cache holds them), then raw attention. These
   are reference points, not tq formats.
@@ -75,6 +78,45 @@ def raw_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, s
     return out.transpose(1, 2).to(query.dtype)
 
 
+def raw_key_start(t: int, prompt_chunk: int, prompt_len: int | None, device: torch.device) -> torch.Tensor:
+    """Per query position ``p < t``: the first key position it reads raw, under vLLM's
+    serving of a prompt of ``prompt_len`` tokens (None: all ``t``) in steps of
+    ``prompt_chunk`` tokens, followed by decode steps. A prompt position reads its own
+    step's keys raw (from the step's start); a decode position reads none raw (``p + 1``)."""
+    pos = torch.arange(t, device=device)
+    n = t if prompt_len is None else min(prompt_len, t)
+    return torch.where(pos < n, pos // prompt_chunk * prompt_chunk, pos + 1)
+
+
+def prompt_chunk_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_hat: torch.Tensor,
+    value_hat: torch.Tensor,
+    raw_start: torch.Tensor,
+    scaling: float,
+) -> torch.Tensor:
+    """Causal attention in float32 where query position ``p`` reads key / value ``j`` raw
+    (``key``, ``value``) when ``j >= raw_start[p]`` and decoded from the cache (``key_hat``,
+    ``value_hat``) before it. query ``[B, Hq, T, d]``, the others ``[B, Hk, T, d]``,
+    ``raw_start`` ``[T]`` (:func:`raw_key_start`) -> ``[B, T, Hq, d]`` in the query's dtype."""
+    group = query.shape[1] // key.shape[1]
+    t = query.shape[2]
+
+    def heads(x: torch.Tensor) -> torch.Tensor:
+        return x.float().repeat_interleave(group, dim=1)
+
+    q = query.float()
+    pos = torch.arange(t, device=query.device)
+    raw = pos[None, :] >= raw_start[:, None]  # [T, T]: (query, key) read raw
+    causal = pos[None, :] <= pos[:, None]
+    scores = torch.where(raw, q @ heads(key).transpose(-1, -2), q @ heads(key_hat).transpose(-1, -2)) * scaling
+    p = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+    out = (p * raw) @ heads(value) + (p * ~raw) @ heads(value_hat)
+    return out.transpose(1, 2).to(query.dtype)
+
+
 def round_trip(x: torch.Tensor, fmt: str) -> torch.Tensor:
     """``x`` as a bf16 or a scale-free fp8 e4m3 cache holds it, back in ``x``'s dtype."""
     if fmt == "bf16":
@@ -91,13 +133,17 @@ class CacheAttention:
 
     ``layer_formats[i]`` is ``"raw"``, a preset name or a reference format. ``measure_error``
     decodes each layer's cache once more (:func:`tq_core.gather_kv`) to record how far the
-    keys and values attention read are from the model's.
+    keys and values attention read are from the model's. ``prompt_chunk`` > 0 serves the
+    first ``prompt_len`` positions (None: all) as a prompt in steps of that many tokens
+    (module docstring); 0 gives every position decode semantics.
     """
 
     layer_formats: Sequence[str]
     backend: Backend
     measure_error: bool = True
     seed: int = 0
+    prompt_chunk: int = 0
+    prompt_len: int | None = None
     errors: dict[int, LayerError] = field(default_factory=dict)
 
     def __enter__(self) -> CacheAttention:
@@ -117,6 +163,9 @@ class CacheAttention:
             k, v = round_trip(key, fmt), round_trip(value, fmt)
             if self.measure_error:
                 self._record(layer, key, value, k, v)
+            if self.prompt_chunk > 0:
+                start = raw_key_start(key.shape[2], self.prompt_chunk, self.prompt_len, key.device)
+                return prompt_chunk_attention(query, key, value, k, v, start, scaling)
             return raw_attention(query, k, v, scaling)
         return self._through_cache(layer, fmt, query, key, value, scaling)
 
@@ -140,15 +189,20 @@ class CacheAttention:
         q = query.transpose(1, 2).reshape(b * t, hq, d).contiguous()
         assert self.backend.store is not None
         self.backend.store(k, v, cache, slots, preset)
+        if self.measure_error or self.prompt_chunk > 0:
+            decoded = [gather_kv(cache, table[r], t, preset, d, check_values=False) for r in range(b)]
+            k_hat = torch.stack([kv[0] for kv in decoded]).view(b * t, hk, d)
+            v_hat = torch.stack([kv[1] for kv in decoded]).view(b * t, hk, d)
+            if self.measure_error:
+                self._record(layer, k, v, k_hat, v_hat)
+        if self.prompt_chunk > 0:
+            start = raw_key_start(t, self.prompt_chunk, self.prompt_len, dev)
+            k_hat, v_hat = (x.view(b, t, hk, d).transpose(1, 2) for x in (k_hat, v_hat))
+            return prompt_chunk_attention(query, key, value, k_hat, v_hat, start, scaling)
         seq_lens = torch.full((b,), t, dtype=torch.int32, device=dev)
         qsl = torch.arange(0, (b + 1) * t, t, dtype=torch.int32, device=dev)
         hints: dict[str, Any] = {"max_query_len": t} if self.backend.takes_max_query_len else {}
         out = self.backend.attention(q, cache, table, seq_lens, qsl, preset, scaling, **hints)
-        if self.measure_error:
-            decoded = [gather_kv(cache, table[r], t, preset, d, check_values=False) for r in range(b)]
-            k_hat = torch.stack([kv[0] for kv in decoded]).view(b * t, hk, d)
-            v_hat = torch.stack([kv[1] for kv in decoded]).view(b * t, hk, d)
-            self._record(layer, k, v, k_hat, v_hat)
         return out.view(b, t, hq, d).to(query.dtype)
 
     def _record(self, layer: int, k: torch.Tensor, v: torch.Tensor, k_hat: torch.Tensor, v_hat: torch.Tensor) -> None:

@@ -19,6 +19,17 @@ def _num(x: float, se: float | None, digits: int = 4) -> str:
     return s if se is None else f"{s} ±{se:.{digits}f}"
 
 
+def _semantics(chunk: int, prompt_len: int | None) -> str:
+    if chunk == 0:
+        return "every token read the compressed cache of itself and all earlier tokens, as a decode step"
+    span = "each window" if prompt_len is None else f"the first {prompt_len} tokens of each window"
+    rest = "" if prompt_len is None else ", the rest decode steps"
+    return (
+        f"{span} a prompt fed {chunk} tokens per step: each token read its own step's keys and values raw "
+        f"and the compressed cache before it{rest}"
+    )
+
+
 def render(r: EvalResult) -> str:
     """The table: one row per format (and boundary setting), the uncompressed run first."""
     b = r.baseline
@@ -28,6 +39,7 @@ def render(r: EvalResult) -> str:
         f"text: {r.text}, {r.windows} window{'s' if r.windows != 1 else ''} of {r.window} tokens "
         f"({r.scored_tokens} predicted tokens, {r.scored_bytes} bytes, of {r.text_tokens} tokens in the text)",
         f"device: {r.device}, backend: {r.backend}; {r.seconds:.0f} s",
+        _semantics(r.config.prompt_chunk, r.config.prompt_len),
         "",
     ]
     header = [

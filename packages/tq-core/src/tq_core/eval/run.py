@@ -30,7 +30,10 @@ class EvalConfig:
     ``text``: a UTF-8 file (None: ``pydoc_data.topics``); ``formats``: tq presets and
     reference formats (``bf16``, ``fp8_e4m3``); ``boundary_layers``: one run per value,
     keeping that many first and last layers uncompressed (vLLM keeps 2); ``layers``: only
-    these layers compressed (None: all)."""
+    these layers compressed (None: all); ``prompt_chunk``: 0 scores every token as a decode
+    step reading the whole compressed cache; N > 0 scores the first ``prompt_len`` tokens of
+    each window (None: all) as a prompt that vLLM's chunked prefill feeds N tokens per step
+    (each token reads its own step's keys and values raw), the rest as decode steps."""
 
     model: str | None = None
     text: str | None = None
@@ -43,6 +46,8 @@ class EvalConfig:
     device: str = "auto"
     backend: str = "auto"
     seed: int = 0
+    prompt_chunk: int = 0
+    prompt_len: int | None = None
 
 
 @dataclass
@@ -118,6 +123,11 @@ def check_config(cfg: EvalConfig) -> None:
             raise RangeError(f"{name}={value!r}: expected an int >= {2 if name == 'window' else 1}")
     if any(b < 0 for b in cfg.boundary_layers) or not cfg.boundary_layers:
         raise RangeError(f"boundary_layers={cfg.boundary_layers!r}: expected one or more ints >= 0")
+    chunk, plen = cfg.prompt_chunk, cfg.prompt_len
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0:
+        raise RangeError(f"prompt_chunk={chunk!r}: expected an int >= 0 (0: decode semantics)")
+    if plen is not None and (isinstance(plen, bool) or not isinstance(plen, int) or plen < 1 or chunk == 0):
+        raise RangeError(f"prompt_len={plen!r}: expected None or an int >= 1, with prompt_chunk > 0")
 
 
 def _model_shape(config: Any) -> tuple[int, int, int, int]:
@@ -163,7 +173,13 @@ def evaluate(
             if (fmt, b) not in runs:
                 runs.append((fmt, b))
     plans = {
-        run: CacheAttention(layer_formats(num_layers, run[0], run[1], cfg.layers), backend, seed=cfg.seed)
+        run: CacheAttention(
+            layer_formats(num_layers, run[0], run[1], cfg.layers),
+            backend,
+            seed=cfg.seed,
+            prompt_chunk=cfg.prompt_chunk,
+            prompt_len=cfg.prompt_len,
+        )
         for run in runs
     }
     scores = {run: WindowScores() for run in runs}
