@@ -229,6 +229,29 @@ def test_sweep_grid_varies_waves_only_where_they_choose_the_splits():
     assert {c.skip_empty for c in grid} == {tuning.AttentionConfig.skip_empty}
 
 
+@pytest.mark.parametrize(
+    ("bucket", "shape", "q_len"),
+    [
+        ("q1", "decode-32k", 1),
+        ("q2", "verify-32k", 2),
+        ("q4", "verify-32k", 4),
+        ("q8", "verify-32k", 8),
+        ("q16", "verify-32k", 16),
+        ("q8:m64", "poc", 8),
+    ],
+)
+def test_sweep_buckets_are_swept_at_their_longest_q_len(bucket, shape, q_len):
+    from tq_triton.bench import SHAPES
+    from tq_triton.cli.sweep import BUCKET_SHAPES, bucket_shape
+
+    got = bucket_shape(bucket)
+    assert got.q_len == q_len and tuning.q_bucket(got.q_len) == bucket.partition(":")[0]
+    # the named shape's geometry, only the q_len differs
+    assert replace(got, q_len=SHAPES[shape].q_len, name=shape) == SHAPES[shape]
+    assert got.name == (shape if q_len == SHAPES[shape].q_len else f"{shape}@q{q_len}")
+    assert set(BUCKET_SHAPES) == {"q1", "q2", "q4", "q8", "q16", "q8:m64"}
+
+
 @pytest.mark.parametrize("kv_splits", [0, 32])
 def test_sweep_entry_reads_back_as_the_measured_config(kv_splits):
     from tq_triton.cli.sweep import table_entry
@@ -380,7 +403,8 @@ def test_shipped_tables_are_found_and_read(device_name, preset, q_len, rows, wan
         ("turboquant_k8v4", 4, 128, 0),
         ("turboquant_3bit_nc", 1, 64, 168),
         ("turboquant_3bit_nc", 1, 128, 0),
-        ("turboquant_3bit_nc", 2, 128, 168),
+        ("turboquant_3bit_nc", 2, 128, 0),
+        ("turboquant_3bit_nc", 4, 64, 168),
         ("turboquant_3bit_nc", 16, 128, 0),
         ("turboquant_k3v4_nc", 1, 64, 0),
     ],
@@ -389,6 +413,36 @@ def test_shipped_h200_register_caps_follow_the_head_dim(preset, q_len, head_dim,
     # runs/2026-12-02-register-caps: a cap of 168 wins at head_dim 64, loses at 256
     monkeypatch.setattr(tuning, "device_key", lambda dev: "NVIDIA H200")
     assert tuning.attention_config(torch.device("cuda", 0), preset, q_len, 16, head_dim).max_registers == want
+
+
+VERIFY_D128 = {"kv_splits": 16, "num_warps": 2, "num_stages": 1, "prefetch": 1, "max_registers": 0, "split_budget": 0}
+STAR = {"block_kv": 64, "num_warps": 4, "kv_splits": 32, "gluon": 0}
+
+
+@pytest.mark.parametrize(
+    ("preset", "gluon", "block_kv"),
+    [
+        ("turboquant_k8v4", 1, 32),
+        ("turboquant_k3v4_nc", 1, 32),
+        ("turboquant_4bit_nc", 0, 32),
+        ("turboquant_3bit_nc", 0, 64),
+    ],
+)
+def test_shipped_h200_verify_entries_for_q_len_2_to_4(preset, gluon, block_kv, monkeypatch, user_tables):
+    # runs/2026-12-03-verify-buckets: swept at head_dim 128 (verify-32k's geometry at q_len 2
+    # and 4); other head dims keep the "*" entry and their register caps
+    monkeypatch.setattr(tuning, "device_key", lambda dev: "NVIDIA H200")
+    dev = torch.device("cuda", 0)
+    want = {**VERIFY_D128, "gluon": gluon, "block_kv": block_kv, "min_rows": 16, "wgmma": 0, "skip_empty": 0}
+    for q_len in (2, 3, 4):
+        for rows in (16, 32):  # 4 and 8 q heads per kv head
+            cfg = tuning.attention_config(dev, preset, q_len, rows, 128)
+            assert {k: getattr(cfg, k) for k in want} == want, (q_len, rows)
+        for head_dim in (64, 256):
+            cfg = tuning.attention_config(dev, preset, q_len, 16, head_dim)
+            assert {k: getattr(cfg, k) for k in STAR} == STAR, (q_len, head_dim)
+    for q_len in (1, 8, 16):
+        assert tuning.attention_config(dev, preset, q_len, 16, 128) != tuning.attention_config(dev, preset, 2, 16, 128)
 
 
 @pytest.mark.parametrize(("device_name", "want"), [("NVIDIA H200", 1), ("Intel(R) Arc(TM) B580 Graphics", 0)])

@@ -78,6 +78,7 @@ def test_cli_argument_errors_come_before_the_device(argv, message, no_gpu, capsy
         ["bench", "--shapes", "custom", "--q-lens", "1,4", "--presets", "all", "--seq-lens", "512,1024"],
         ["sweep"],
         ["sweep", "--presets", "turboquant_k8v4", "--modes", "pipeline:2", "--no-store"],
+        ["sweep", "--buckets", "q2,q4,q16", "--gluon", "0,1", "--no-store"],
         ["profile"],
         ["profile", "--shape", "ragged", "--preset", "turboquant_3bit_nc", "--iters", "3"],
     ],

@@ -30,10 +30,18 @@ from ..tuning import AttentionConfig, StoreConfig
 from . import gpu_device
 from ._progress import progress
 
-# bucket -> the shape its entry is measured on. verify-32k (4 q heads per kv head) has 32-row
-# tiles and poc (8 per kv head) 64-row ones; their best tiles can differ, so poc's entry is
-# keyed by its rows ("q8:m64", read after "q8": see tuning)
-BUCKET_SHAPES = {"q1": "decode-32k", "q8": "verify-32k", "q8:m64": "poc"}
+# bucket -> the shape its entry is measured on, at the bucket's q_len (bucket_shape): the
+# verification buckets on verify-32k (4 q heads per kv head: 32-row tiles at q_len 8), poc
+# (8 per kv head) with 64-row tiles; their best tiles can differ, so poc's entry is keyed by
+# its rows ("q8:m64", read after "q8": see tuning)
+BUCKET_SHAPES = {
+    "q1": "decode-32k",
+    "q2": "verify-32k",
+    "q4": "verify-32k",
+    "q8": "verify-32k",
+    "q16": "verify-32k",
+    "q8:m64": "poc",
+}
 
 MODES = {"prefetch": 1, "pipeline": 0}
 
@@ -63,6 +71,16 @@ def modes_list(text: str) -> list[tuple[int, int]]:
     return out
 
 
+def bucket_shape(bucket: str) -> bench.Shape:
+    """The shape ``bucket`` (a key of :data:`BUCKET_SHAPES`) is swept on: its named shape with
+    the bucket's q_len, the longest that the bucket serves ("q4": verify-32k at q_len 4)."""
+    shape = bench.SHAPES[BUCKET_SHAPES[bucket]]
+    q_len = int(bucket.partition(":")[0].removeprefix("q"))
+    if q_len == shape.q_len:
+        return shape
+    return replace(shape, q_len=q_len, name=f"{shape.name}@q{q_len}")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = add_command(subparsers, "sweep", help="tune tq_triton's launch parameters on this GPU", doc=__doc__)
     add_presets_option(p)
@@ -71,7 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=choice_list(BUCKET_SHAPES, "bucket"),
         default="q1,q8,q8:m64",
         help="comma list of query buckets to sweep: "
-        + ", ".join(f"{b} (on {s})" for b, s in BUCKET_SHAPES.items())
+        + ", ".join(f"{b} (on {s} at q_len {bucket_shape(b).q_len})" for b, s in BUCKET_SHAPES.items())
         + " (default q1,q8,q8:m64)",
     )
     # the swept launch parameters: flag, parser, default, what the values are
@@ -187,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
     }
     jobs = list(itertools.product(presets, buckets))
     for preset, bucket in progress(jobs, len(jobs), "attention"):
-        shape = bench.SHAPES[BUCKET_SHAPES[bucket]]
+        shape = bucket_shape(bucket)
         if args.seq_len:
             shape = bench.with_seq_len(shape, args.seq_len)
         case = bench.build_case(shape, preset, dev, seed=0)
