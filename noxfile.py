@@ -1,7 +1,7 @@
 """Sessions for every tq package. `nox -t tests`: the quick tests; `nox -t full`: every test (CI).
 
-`nox -s demo` runs the demo, `nox -s tests-served` the served-model tests (tag `served`:
-a real model behind vLLM's OpenAI server, about 11 minutes on 2 cores).
+`nox -s demo` runs the demo. `nox -s tests-served` runs the served-model tests (tags `served`
+and `full`: a real model behind vLLM's OpenAI server, about 20 minutes on 2 cores).
 The quick sessions (tests-triton, tests-vllm, xpu_compile) run a cover of the parametrised cases
 and compiles; their `-full` twins run all of them; the other test sessions carry both tags.
 

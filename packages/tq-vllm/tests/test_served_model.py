@@ -129,9 +129,10 @@ TP_RANKS = 3
 QUALITY: dict[tuple[str, int], list[float]] = {}
 # tq's part of the quality text's score (vLLM against tq eval) within this many times the
 # host's noise (host_noise), and never tighter than QUALITY_TOL_MIN nats per token
-QUALITY_NOISE_FACTOR = 2.0
+QUALITY_NOISE_FACTOR = 3.0
 QUALITY_TOL_MIN = 0.002
-# TP_RANKS against one rank: a turboquant_* cache within this many times auto's difference
+# TP_RANKS against one rank: a turboquant_* cache's mean per-token difference within this many
+# times auto's
 TP_NOISE_FACTOR = 3.0
 TP_NOISE: dict[str, float] = {}
 
@@ -695,13 +696,14 @@ def test_quality_matches_tq_eval(served: Served, quality_ids: list[int], predict
 
     tq's part is the dtype's mean nats per token, vLLM against tq eval: both attend in float32
     over the same decoded cache, so they differ only by the host (vLLM's bf16 model against
-    tq eval's float32 one). It must be within QUALITY_NOISE_FACTOR x the host noise (at least
-    QUALITY_TOL_MIN): the larger of auto against tq eval's uncompressed run and auto at
-    TP_RANKS ranks against one (measured here: 0.0040 and 0.0023 nats per token; tq's part
-    0.0004 for turboquant_k3v4_nc, 0.0010 for turboquant_k8v4). The change against auto that a
-    user sees then agrees with tq eval's predicted change within that tolerance plus the host
-    noise (k3v4_nc: +2.3% perplexity served, +2.7% predicted). With tq's backend disabled the
-    k3v4_nc text scores as auto's, 0.023 nats per token off the prediction."""
+    tq eval's float32 one, which a lossy code amplifies where a rounding flips a code). It must
+    be within QUALITY_NOISE_FACTOR x the host noise (at least QUALITY_TOL_MIN): the larger of
+    auto against tq eval's uncompressed run and auto at TP_RANKS ranks against one (measured
+    here: 0.0040 and 0.0023 nats per token, so 0.012; tq's part 0.0003 for k3v4_nc, 0.0006
+    for 4bit_nc, 0.0010 for k8v4, 0.0052 for 3bit_nc). The change against auto that a user
+    sees then agrees with tq eval's predicted change within that tolerance plus the host noise
+    (k3v4_nc: +2.3% perplexity served, +2.7% predicted). With tq's backend disabled the k3v4_nc
+    text would score as auto's, 0.023 nats per token off the prediction."""
     lp = quality(served, quality_ids)
     if served.dtype == "auto":
         print(f"auto: vLLM nll {nll(lp):.4f}, tq eval's uncompressed run {predicted.baseline.window_nll[0]:.4f}")
@@ -723,24 +725,29 @@ def test_quality_matches_tq_eval(served: Served, quality_ids: list[int], predict
     assert abs(got - pred) <= tol + noise, f"{served.dtype}: change {got:+.4f} against auto, predicted {pred:+.4f}"
 
 
-def test_tensor_parallel_matches_one_rank(served: Served, quality_ids: list[int], model_config: dict[str, Any]) -> None:
+def test_tensor_parallel_matches_one_rank(
+    served: Served, quality_ids: list[int], predicted: Any, model_config: dict[str, Any]
+) -> None:
     """At TP_RANKS ranks (one kv head per rank) the quality text's prompt logprobs match one
     rank's within the noise auto shows between the two: the mean per-token |difference| at
-    most TP_NOISE_FACTOR x auto's, the mean nats per token within TP_NOISE_FACTOR x auto's
-    change (at least QUALITY_TOL_MIN). Measured: auto 0.042 and -0.0023, turboquant_k3v4_nc
-    0.061 and -0.0005 (a lossy code amplifies the host's rounding: a flipped 3-bit code moves
-    one token by up to 1.3). Every rank ran tq on every TurboQuant layer."""
+    most TP_NOISE_FACTOR x auto's (measured: auto 0.042; turboquant_* 0.049-0.061, a lossy
+    code amplifying the host's rounding: a flipped 3-bit code moves one token by up to 1.3;
+    a rank writing its query heads' outputs in the wrong order: 3.3). The text's mean nats
+    per token at TP_RANKS stays within test_quality_matches_tq_eval's tolerance of tq eval's
+    prediction (measured: 0.0003-0.0066 off, tolerance 0.012). Every rank ran tq on every
+    TurboQuant layer."""
     one, many = quality(served, quality_ids), quality(served, quality_ids, TP_RANKS)
     spread = math.fsum(abs(a - b) for a, b in zip(one, many, strict=True)) / len(one)
-    shift = nll(many) - nll(one)
-    print(f"{served.dtype}: TP {TP_RANKS} vs 1: mean |logprob difference| {spread:.4f}, nll change {shift:+.4f}")
+    print(f"{served.dtype}: TP {TP_RANKS} vs 1: mean |logprob difference| {spread:.4f}, nll {nll(many):.4f}")
     if served.dtype == "auto":
-        TP_NOISE.update(spread=spread, shift=abs(shift))
+        TP_NOISE["spread"] = spread
         return
     if not TP_NOISE:
         pytest.skip("needs auto's servers (deselected)")
     assert spread <= TP_NOISE_FACTOR * TP_NOISE["spread"], (spread, TP_NOISE)
-    assert abs(shift) <= max(TP_NOISE_FACTOR * TP_NOISE["shift"], QUALITY_TOL_MIN), (shift, TP_NOISE)
+    pred_nll = next(f for f in predicted.formats if f.format == served.dtype).summary.window_nll[0]
+    tol = max(QUALITY_NOISE_FACTOR * host_noise(predicted), QUALITY_TOL_MIN)
+    assert abs(nll(many) - pred_nll) <= tol, f"TP {TP_RANKS}: {nll(many):.4f} nats/token, tq eval {pred_nll:.4f}"
     assert served.tp is not None
     expect = tq_layer_names(model_config)
     ranks = served.tp.stats_per_process()
