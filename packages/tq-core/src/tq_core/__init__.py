@@ -9,10 +9,12 @@ test and benchmark kit every package shares.
 from .__about__ import __version__
 from .attention import attention
 from .bitpack import pack_codes, unpack_codes
+from .calibration import Calibration, CalibrationStats, LayerCalibration
 from .codebooks import Codebook, distortion, get_codebook, lloyd_max
 from .codec import decode_fields, encode_fields, key_codebook, rotate
 from .errors import (
     BackendUnavailableError,
+    CalibrationError,
     DeviceError,
     DtypeError,
     LayoutError,
@@ -26,17 +28,22 @@ from .hadamard import fwht, hadamard_matrix, ifwht, random_signs
 from .kv import decode_kv, encode_kv
 from .layout import BlockLayout, KernelFields, SlotLayout
 from .paged import block_fields, from_vllm_cache, gather_kv, store, to_vllm_cache
-from .presets import PRESETS, SUPPORTED_HEAD_DIMS, Preset, get_preset
+from .presets import CALIBRATED_PRESETS, PRESETS, SUPPORTED_HEAD_DIMS, Preset, get_preset
 
 __all__ = [
+    "CALIBRATED_PRESETS",
     "PRESETS",
     "SUPPORTED_HEAD_DIMS",
     "BackendUnavailableError",
     "BlockLayout",
+    "Calibration",
+    "CalibrationError",
+    "CalibrationStats",
     "Codebook",
     "DeviceError",
     "DtypeError",
     "KernelFields",
+    "LayerCalibration",
     "LayoutError",
     "Preset",
     "PresetError",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from .calibration import LayerCalibration
 from .checks import check_attention_args
 from .paged import gather_kv
 from .presets import Preset
@@ -23,6 +24,7 @@ def attention(
     preset: str | Preset,
     scale: float,
     out: torch.Tensor | None = None,
+    calibration: LayerCalibration | None = None,
 ) -> torch.Tensor:
     """Causal attention of each request's newest query tokens over its cached sequence.
 
@@ -30,9 +32,12 @@ def attention(
     of them) and ``seq_lens[r]`` cached tokens (the new ones included); query ``i`` sits at
     position ``seq_len - q_len + i`` and attends to positions ``<=`` its own. Any q_len
     from 0 to seq_len works. Returns ``out`` (allocated in the query's dtype when None);
-    rows past ``query_start_loc[-1]`` are left untouched.
+    rows past ``query_start_loc[-1]`` are left untouched. A calibrated preset needs the
+    layer's ``calibration`` and attends over the keys and values it decodes to.
     """
-    args = check_attention_args(query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out)
+    args = check_attention_args(
+        query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, calibration=calibration
+    )
     if out is None:
         out = torch.empty_like(query)
     group = args.num_q_heads // args.num_kv_heads
@@ -43,7 +48,7 @@ def attention(
         if q_len == 0:
             continue
         pos = torch.arange(seq_len, device=query.device)
-        k, v = gather_kv(kv_cache, block_table[r], seq_len, args.preset, args.head_dim)
+        k, v = gather_kv(kv_cache, block_table[r], seq_len, args.preset, args.head_dim, calibration=calibration)
         # [L, Hk, d] -> [Hq, L, d]: q head j reads kv head j // group
         k = k.repeat_interleave(group, dim=1).transpose(0, 1)
         v = v.repeat_interleave(group, dim=1).transpose(0, 1)

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .calibration import LayerCalibration
 from .env import env_flag
-from .errors import DeviceError, DtypeError, LayoutError, RangeError, ShapeError
+from .errors import DeviceError, DtypeError, LayoutError, PresetError, RangeError, ShapeError
 from .layout import BlockLayout, KernelFields
 from .presets import SUPPORTED_HEAD_DIMS, Preset, get_preset
 
@@ -166,8 +167,35 @@ class StoreArgs:
     num_slots: int
 
 
+def check_calibration(
+    preset: Preset, calibration: object, num_kv_heads: int, head_dim: int, device: torch.device
+) -> LayerCalibration | None:
+    """A calibrated preset needs its layer's :class:`LayerCalibration` (fitting the cache's
+    heads, head_dim and device); any other preset takes none."""
+    if not preset.calibrated:
+        if calibration is not None:
+            raise PresetError(f"calibration: {preset.name} is not a calibrated format and takes none")
+        return None
+    if calibration is None:
+        raise PresetError(
+            f"{preset.name} is a calibrated format: pass calibration= (the layer's tq_core.LayerCalibration, "
+            "from a Calibration that tq calibrate makes); tq-core's reference ops implement calibrated formats"
+        )
+    if not isinstance(calibration, LayerCalibration):
+        raise PresetError(f"calibration: expected a tq_core.LayerCalibration, got {type(calibration).__name__}")
+    calibration.check(num_kv_heads, head_dim, device)
+    return calibration
+
+
 def check_store_args(
-    key: object, value: object, kv_cache: object, slot_mapping: object, preset: str | Preset, check_values: bool = True
+    key: object,
+    value: object,
+    kv_cache: object,
+    slot_mapping: object,
+    preset: str | Preset,
+    check_values: bool = True,
+    calibration: object = None,
+    positions: object = None,
 ) -> StoreArgs:
     p = check_encode_args(key, value, preset)
     assert isinstance(key, torch.Tensor)
@@ -176,6 +204,16 @@ def check_store_args(
     sm = check_tensor(slot_mapping, "slot_mapping", ndim=1, dtypes=INDEX_DTYPES, device=key.device)
     if sm.shape[0] != n:
         raise ShapeError(f"slot_mapping: has {sm.shape[0]} entries, expected num_tokens={n} (key.shape[0])")
+    if check_calibration(p, calibration, h, d, key.device) is not None:
+        if positions is None:
+            raise PresetError(
+                f"{p.name} is a calibrated format: pass positions= (each token's position in its sequence)"
+            )
+        pos = check_tensor(positions, "positions", ndim=1, dtypes=INDEX_DTYPES, device=key.device)
+        if pos.shape[0] != n:
+            raise ShapeError(f"positions: has {pos.shape[0]} entries, expected num_tokens={n} (key.shape[0])")
+        if check_values and n and int(pos.min()) < 0:
+            raise RangeError("positions: a position is negative")
     assert isinstance(kv_cache, torch.Tensor)
     num_slots = kv_cache.shape[0] * kv_cache.shape[1]
     if check_values and n:
@@ -212,6 +250,7 @@ def check_attention_args(
     out: object = None,
     check_values: bool = True,
     max_q_len: int | None = None,
+    calibration: object = None,
 ) -> AttentionArgs:
     p = get_preset(preset)
     q = check_tensor(query, "query", ndim=3, dtypes=FLOAT_DTYPES)
@@ -240,6 +279,7 @@ def check_attention_args(
         if o.shape != q.shape:
             raise ShapeError(f"out: shape {tuple(o.shape)}, expected the query's {tuple(q.shape)}")
         check_out_layout(o)
+    check_calibration(p, calibration, hk, d, dev)
     if check_values and r:
         _check_attention_values(nq, kv, bt, sl, qsl, r, max_q_len)
     return AttentionArgs(p, lay, p.kernel_fields(lay), r, d, hq, hk)

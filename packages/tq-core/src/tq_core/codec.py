@@ -7,10 +7,17 @@ rescaled to unit length, ``k_rot = ||k|| * c / ||c||``, and ``k = H k_rot``.
 
 Keys, fp8 preset: the raw key cast to float8 e4m3 (saturating at ±448).
 
-Values: per (token, head) asymmetric uniform: ``zero = min``, ``scale = (max - min) /
-(2^b - 1)``, both stored as fp16, ``code = floor((v - zero) / scale + 1/2)`` computed with
-the stored fp16 scale and zero so that the decoder's ``zero + code * scale`` is the
-nearest representable level.
+Values, vLLM's presets: per (token, head) asymmetric uniform: ``zero = min``, ``scale =
+(max - min) / (2^b - 1)``, both stored as fp16, ``code = floor((v - zero) / scale + 1/2)``
+computed with the stored fp16 scale and zero so that the decoder's ``zero + code * scale``
+is the nearest representable level.
+
+Values, Lloyd-Max (tq's calibrated formats): coded exactly like a Lloyd-Max key with
+``value_bits`` bits (fp16 norm in the scale field, no zero point).
+
+Calibrated formats code ``a * (k - mu_p)`` and ``b * (v - nu_p)`` instead of the key and
+value (:mod:`tq_core.calibration`); decoding with the layer's calibration returns the
+model's keys and values, without it the coded vectors.
 
 Non-finite inputs (one rule for every backend, docs/overview.md): a Lloyd-Max key whose
 sum of squares is not finite in float32 (it holds a NaN or ±inf, or its norm overflows
@@ -31,7 +38,9 @@ from typing import NamedTuple
 import torch
 
 from .bitpack import pack_codes, unpack_codes
+from .calibration import LayerCalibration
 from .codebooks import get_codebook
+from .errors import PresetError
 from .hadamard import fwht
 from .presets import Preset, get_preset
 
@@ -45,8 +54,8 @@ class EncodedKV(NamedTuple):
     key_codes: torch.Tensor  # uint8 [N, H, key_code_bytes]: packed codes or fp8 bytes
     key_norm: torch.Tensor | None  # float16 [N, H]; None for fp8 keys
     value_codes: torch.Tensor  # uint8 [N, H, value_code_bytes]
-    value_scale: torch.Tensor  # float16 [N, H]
-    value_zero: torch.Tensor  # float16 [N, H]
+    value_scale: torch.Tensor  # float16 [N, H]: the uniform step, or the Lloyd-Max norm
+    value_zero: torch.Tensor | None  # float16 [N, H]; None for Lloyd-Max values
 
 
 @functools.cache
@@ -63,7 +72,11 @@ def _shared_codebook(p: Preset, head_dim: int, device: torch.device) -> tuple[to
     """The codec's own tables on ``device``: the cached tensors themselves on CPU, read only."""
     if p.key_is_fp8:
         raise ValueError(f"{p.name} stores fp8 keys and has no codebook")
-    cent, bounds = _codebook_cpu(p.key_bits, head_dim)
+    return _bits_codebook(p.key_bits, head_dim, device)
+
+
+def _bits_codebook(bits: int, head_dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    cent, bounds = _codebook_cpu(bits, head_dim)
     return cent.to(device), bounds.to(device)
 
 
@@ -93,6 +106,39 @@ def _from_fp16_bytes(b: torch.Tensor) -> torch.Tensor:
     return b.contiguous().view(torch.float16).squeeze(-1)
 
 
+def lloyd_max_encode(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Vectors ``[..., d]`` -> (packed ``bits``-bit Lloyd-Max codes of ``H x / ||x||``, fp16
+    norms): the code of Lloyd-Max keys, and of the values of tq's calibrated formats. A
+    vector whose sum of squares is not finite in float32 is coded as the zero vector."""
+    x = x.float()
+    d = x.shape[-1]
+    bad = ~torch.isfinite((x * x).sum(-1))  # the fused store's test: its own sum of squares
+    x = torch.where(bad[..., None], torch.zeros_like(x), x)
+    norm = torch.linalg.vector_norm(x, dim=-1)
+    y = rotate(x)
+    safe = torch.where(norm > 0, norm, torch.ones_like(norm))
+    unit = torch.where((norm > 0)[..., None], y / safe[..., None], torch.zeros_like(y))
+    _, bounds = _bits_codebook(bits, d, x.device)
+    # a coordinate exactly on a boundary takes the upper code, as vLLM's store does
+    codes = torch.searchsorted(bounds, unit.contiguous(), right=True)
+    codes = torch.where(bad[..., None], torch.zeros_like(codes), codes)
+    norm16 = norm.clamp(max=FP16_MAX).to(torch.float16)
+    return pack_codes(codes, bits), norm16
+
+
+def lloyd_max_decode(
+    codes: torch.Tensor, norm: torch.Tensor, bits: int, head_dim: int, norm_correction: bool, rotated: bool = False
+) -> torch.Tensor:
+    """Inverse of :func:`lloyd_max_encode` in float32; ``rotated=True`` skips the final H."""
+    cent, _ = _bits_codebook(bits, head_dim, codes.device)
+    c = cent[unpack_codes(codes, bits, head_dim)]
+    if norm_correction:
+        cn = torch.linalg.vector_norm(c, dim=-1, keepdim=True)
+        c = c / cn
+    x_rot = norm.float()[..., None] * c
+    return x_rot if rotated else rotate(x_rot)
+
+
 def quantize_keys(key: torch.Tensor, preset: Preset) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Keys ``[..., d]`` -> (packed codes or fp8 bytes, fp16 norms or None). Non-finite
     input: see the module docstring."""
@@ -100,19 +146,7 @@ def quantize_keys(key: torch.Tensor, preset: Preset) -> tuple[torch.Tensor, torc
     if preset.key_is_fp8:
         fp8 = torch.nan_to_num(k, nan=0.0).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
         return fp8.view(torch.uint8), None
-    d = k.shape[-1]
-    bad = ~torch.isfinite((k * k).sum(-1))  # the fused store's test: its own sum of squares
-    k = torch.where(bad[..., None], torch.zeros_like(k), k)
-    norm = torch.linalg.vector_norm(k, dim=-1)
-    y = rotate(k)
-    safe = torch.where(norm > 0, norm, torch.ones_like(norm))
-    unit = torch.where((norm > 0)[..., None], y / safe[..., None], torch.zeros_like(y))
-    _, bounds = _shared_codebook(preset, d, k.device)
-    # a coordinate exactly on a boundary takes the upper code, as vLLM's store does
-    codes = torch.searchsorted(bounds, unit.contiguous(), right=True)
-    codes = torch.where(bad[..., None], torch.zeros_like(codes), codes)
-    norm16 = norm.clamp(max=FP16_MAX).to(torch.float16)
-    return pack_codes(codes, preset.key_bits), norm16
+    return lloyd_max_encode(k, preset.key_bits)
 
 
 def dequantize_keys(
@@ -121,13 +155,8 @@ def dequantize_keys(
     """Inverse of :func:`quantize_keys` in float32; ``rotated=True`` skips the final H."""
     if preset.key_is_fp8:
         return key_codes.contiguous().view(torch.float8_e4m3fn).float()
-    cent, _ = _shared_codebook(preset, head_dim, key_codes.device)
-    c = cent[unpack_codes(key_codes, preset.key_bits, head_dim)]
-    if preset.norm_correction:
-        cn = torch.linalg.vector_norm(c, dim=-1, keepdim=True)
-        c = c / cn
-    k_rot = key_norm.float()[..., None] * c
-    return k_rot if rotated else rotate(k_rot)
+    assert key_norm is not None
+    return lloyd_max_decode(key_codes, key_norm, preset.key_bits, head_dim, preset.norm_correction, rotated)
 
 
 def quantize_values(value: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -154,20 +183,53 @@ def dequantize_values(
     return zero.float()[..., None] + q * scale.float()[..., None]
 
 
-def encode_fields(key: torch.Tensor, value: torch.Tensor, preset: str | Preset) -> EncodedKV:
-    """Encode ``key``/``value`` ``[N, H, d]`` into separate fields (no validation)."""
+def encode_fields(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    preset: str | Preset,
+    calibration: LayerCalibration | None = None,
+    first: torch.Tensor | None = None,
+) -> EncodedKV:
+    """Encode ``key``/``value`` ``[N, H, d]`` into separate fields (no validation).
+
+    Calibrated presets need the layer's ``calibration``; ``first`` (bool ``[N]``, None: no
+    token) marks the tokens at position 0 of their sequence."""
     p = get_preset(preset)
+    if p.calibrated:
+        if calibration is None:
+            raise PresetError(f"{p.name} is a calibrated format: pass the layer's calibration")
+        key, value = calibration.code(key, value, first)
     kc, kn = quantize_keys(key, p)
-    vc, vs, vz = quantize_values(value, p.value_bits)
-    return EncodedKV(kc, kn, vc, vs, vz)
+    if p.value_is_uniform:
+        vc, vs, vz = quantize_values(value, p.value_bits)
+        return EncodedKV(kc, kn, vc, vs, vz)
+    vc, vn = lloyd_max_encode(value, p.value_bits)
+    return EncodedKV(kc, kn, vc, vn, None)
 
 
 def decode_fields(
-    fields: EncodedKV, preset: str | Preset, head_dim: int, rotated: bool = False
+    fields: EncodedKV,
+    preset: str | Preset,
+    head_dim: int,
+    rotated: bool = False,
+    calibration: LayerCalibration | None = None,
+    first: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decoded float32 ``(key, value)``. For a calibrated preset, with the layer's
+    ``calibration`` (and ``first`` as at encoding) the model's keys and values; without it
+    the coded vectors the cache holds. ``rotated=True`` leaves Lloyd-Max keys in the
+    Hadamard domain (not with a calibration)."""
     p = get_preset(preset)
     k = dequantize_keys(fields.key_codes, fields.key_norm, p, head_dim, rotated=rotated)
-    v = dequantize_values(fields.value_codes, fields.value_scale, fields.value_zero, p.value_bits, head_dim)
+    if p.value_is_uniform:
+        assert fields.value_zero is not None
+        v = dequantize_values(fields.value_codes, fields.value_scale, fields.value_zero, p.value_bits, head_dim)
+    else:
+        v = lloyd_max_decode(fields.value_codes, fields.value_scale, p.value_bits, head_dim, p.norm_correction)
+    if p.calibrated and calibration is not None:
+        if rotated:
+            raise ValueError("rotated=True decodes the coded keys: pass no calibration")
+        k, v = calibration.uncode(k, v, first)
     return k, v
 
 
@@ -181,7 +243,8 @@ def fields_to_slots(fields: EncodedKV, preset: str | Preset, head_dim: int) -> t
         out[..., lay.norm_offset : lay.norm_offset + 2] = _as_fp16_bytes(fields.key_norm)
     out[..., lay.value_offset : lay.value_offset + lay.value_code_bytes] = fields.value_codes
     out[..., lay.scale_offset : lay.scale_offset + 2] = _as_fp16_bytes(fields.value_scale)
-    out[..., lay.zero_offset : lay.zero_offset + 2] = _as_fp16_bytes(fields.value_zero)
+    if lay.zero_offset is not None:
+        out[..., lay.zero_offset : lay.zero_offset + 2] = _as_fp16_bytes(fields.value_zero)
     return out
 
 
@@ -195,5 +258,7 @@ def slots_to_fields(slots: torch.Tensor, preset: str | Preset, head_dim: int) ->
         key_norm=norm,
         value_codes=slots[..., lay.value_offset : lay.value_offset + lay.value_code_bytes],
         value_scale=_from_fp16_bytes(slots[..., lay.scale_offset : lay.scale_offset + 2]),
-        value_zero=_from_fp16_bytes(slots[..., lay.zero_offset : lay.zero_offset + 2]),
+        value_zero=None
+        if lay.zero_offset is None
+        else _from_fp16_bytes(slots[..., lay.zero_offset : lay.zero_offset + 2]),
     )

@@ -41,12 +41,18 @@ class BackendUnavailableError(TQError, RuntimeError):
     """An implementation (Triton, SYCL, vLLM) is not usable in this environment."""
 
 
+class CalibrationError(TQError, ValueError):
+    """A calibration that cannot be used: a missing or malformed file, or one made for
+    another model shape (calibrated formats, :class:`tq_core.Calibration`)."""
+
+
 class TuningError(TQError, ValueError):
     """A tuning table or a kernel configuration that cannot be used (tq-triton, tq-sycl)."""
 
 
 __all__ = [
     "BackendUnavailableError",
+    "CalibrationError",
     "DeviceError",
     "DtypeError",
     "LayoutError",

@@ -4,22 +4,49 @@ from __future__ import annotations
 
 import torch
 
-from .checks import check_encode_args, check_tensor
+from .calibration import LayerCalibration
+from .checks import INDEX_DTYPES, check_calibration, check_encode_args, check_tensor
 from .codec import decode_fields, encode_fields, fields_to_slots, slots_to_fields
-from .errors import ShapeError
+from .errors import PresetError, ShapeError
 from .presets import Preset, get_preset
 
 
-def encode_kv(key: torch.Tensor, value: torch.Tensor, preset: str | Preset) -> torch.Tensor:
-    """Encode ``key``/``value`` ``[N, H, d]`` into vLLM slots: uint8 ``[N, H, slot_size_aligned]``."""
+def encode_kv(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    preset: str | Preset,
+    calibration: LayerCalibration | None = None,
+    positions: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Encode ``key``/``value`` ``[N, H, d]`` into vLLM slots: uint8 ``[N, H, slot_size_aligned]``.
+
+    A calibrated preset needs the layer's ``calibration`` and the tokens' ``positions``
+    ``[N]`` in their sequences (as :func:`tq_core.store`)."""
     p = check_encode_args(key, value, preset)
-    return fields_to_slots(encode_fields(key, value, p), p, key.shape[-1])
+    n, h, d = key.shape
+    if check_calibration(p, calibration, h, d, key.device) is not None:
+        if positions is None:
+            raise PresetError(f"{p.name} is a calibrated format: pass positions=")
+        check_tensor(positions, "positions", ndim=1, dtypes=INDEX_DTYPES, device=key.device)
+        if positions.shape[0] != n:
+            raise ShapeError(f"positions: has {positions.shape[0]} entries, expected {n} (key.shape[0])")
+    first = None if positions is None or calibration is None else positions == 0
+    return fields_to_slots(encode_fields(key, value, p, calibration, first), p, d)
 
 
-def decode_kv(slots: torch.Tensor, preset: str | Preset, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+def decode_kv(
+    slots: torch.Tensor,
+    preset: str | Preset,
+    head_dim: int,
+    calibration: LayerCalibration | None = None,
+    positions: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Decode vLLM slots ``[N, H, slot_size_aligned]`` to float32 ``(key, value)`` ``[N, H, d]``.
 
-    These are exactly the keys and values attention uses (norm correction included).
+    These are exactly the keys and values attention uses (norm correction included). A
+    calibrated preset decodes with the layer's ``calibration`` and the ``positions`` it was
+    encoded with to the model's keys and values, or without a calibration to the coded
+    vectors.
     """
     p = get_preset(preset)
     p.check_head_dim(head_dim)
@@ -30,4 +57,10 @@ def decode_kv(slots: torch.Tensor, preset: str | Preset, head_dim: int) -> tuple
             f"slots: last dim {slots.shape[-1]}, expected slot_size_aligned={expected} "
             f"for {p.name} at head_dim={head_dim}"
         )
-    return decode_fields(slots_to_fields(slots, p, head_dim), p, head_dim)
+    first = None
+    if calibration is not None:
+        check_calibration(p, calibration, slots.shape[1], head_dim, slots.device)
+        if positions is None:
+            raise PresetError(f"{p.name}: decoding with a calibration needs the positions the tokens were encoded at")
+        first = positions == 0
+    return decode_fields(slots_to_fields(slots, p, head_dim), p, head_dim, calibration=calibration, first=first)

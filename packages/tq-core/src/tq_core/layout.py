@@ -21,7 +21,9 @@ def _align(n: int, a: int = FIELD_ALIGN) -> int:
 class SlotLayout:
     """vLLM's per-token slot for one kv head (offsets in bytes from the slot start).
 
-    ``norm_offset`` is ``None`` for fp8 keys, which store no norm.
+    ``norm_offset`` is ``None`` for fp8 keys, which store no norm. The fp16 at
+    ``scale_offset`` is the uniform values' step, or the Lloyd-Max values' norm;
+    ``zero_offset`` is ``None`` for Lloyd-Max values, which store no zero point.
     """
 
     head_dim: int
@@ -33,7 +35,7 @@ class SlotLayout:
     value_offset: int
     value_code_bytes: int
     scale_offset: int
-    zero_offset: int
+    zero_offset: int | None
     slot_size: int
     slot_size_aligned: int
 
@@ -44,8 +46,8 @@ class SlotLayout:
 
     @property
     def value_bytes(self) -> int:
-        """Value codes plus fp16 scale and fp16 zero."""
-        return self.value_code_bytes + 4
+        """Value codes plus the fp16 scale (or norm) and the fp16 zero where present."""
+        return self.value_code_bytes + (2 if self.zero_offset is None else 4)
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ class BlockLayout:
     norm_offset: int | None
     value_offset: int
     scale_offset: int
-    zero_offset: int
+    zero_offset: int | None
     used_bytes: int
 
     @property
@@ -110,7 +112,7 @@ class KernelFields:
     value_offset: int
     value_width: int
     scale_offset: int
-    zero_offset: int
+    zero_offset: int  # -1: no zero point (Lloyd-Max values)
 
     @property
     def has_norm(self) -> bool:
@@ -129,7 +131,7 @@ class KernelFields:
             "VAL_OFF": self.value_offset,
             "VAL_BYTES": self.value_width,
             "SCALE_OFF": self.scale_offset,
-            "ZERO_OFF": self.zero_offset,
+            "ZERO_OFF": max(self.zero_offset, 0),
             "KEY_FP8": self.key_fp8,
             "KBITS": self.key_bits,
             "VBITS": self.value_bits,
@@ -146,7 +148,6 @@ _SAME_IN_BLOCK_LAYOUT = (
     "key_offset",
     "value_offset",
     "scale_offset",
-    "zero_offset",
 )
 
 
@@ -163,18 +164,21 @@ def kernel_fields(
         norm_correction=norm_correction,
         key_width=lay.key_code_bytes,
         norm_offset=-1 if lay.norm_offset is None else lay.norm_offset,
+        zero_offset=-1 if lay.zero_offset is None else lay.zero_offset,
         value_width=lay.value_code_bytes,
     )
 
 
-def slot_layout(head_dim: int, key_bits: int, value_bits: int, key_has_norm: bool) -> SlotLayout:
+def slot_layout(
+    head_dim: int, key_bits: int, value_bits: int, key_has_norm: bool, value_has_zero: bool = True
+) -> SlotLayout:
     key_code_bytes = (head_dim * key_bits + 7) // 8
     norm_offset = key_code_bytes if key_has_norm else None
     value_offset = key_code_bytes + (2 if key_has_norm else 0)
     value_code_bytes = (head_dim * value_bits + 7) // 8
     scale_offset = value_offset + value_code_bytes
-    zero_offset = scale_offset + 2
-    slot_size = zero_offset + 2
+    zero_offset = scale_offset + 2 if value_has_zero else None
+    slot_size = scale_offset + (4 if value_has_zero else 2)
     return SlotLayout(
         head_dim=head_dim,
         key_bits=key_bits,
@@ -202,8 +206,12 @@ def block_layout(slot: SlotLayout, block_size: int, num_kv_heads: int) -> BlockL
         end = norm_offset + 2 * b
     value_offset = _align(end)
     scale_offset = _align(value_offset + b * slot.value_code_bytes)
-    zero_offset = _align(scale_offset + 2 * b)
-    used = zero_offset + 2 * b
+    end = scale_offset + 2 * b
+    zero_offset = None
+    if slot.zero_offset is not None:
+        zero_offset = _align(end)
+        end = zero_offset + 2 * b
+    used = end
     if used > b * slot.slot_size_aligned:
         return None
     return BlockLayout(

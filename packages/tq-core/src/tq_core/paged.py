@@ -10,7 +10,8 @@ from typing import NamedTuple
 
 import torch
 
-from .checks import INDEX_DTYPES, check_cache, check_store_args, check_tensor
+from .calibration import LayerCalibration
+from .checks import INDEX_DTYPES, check_cache, check_calibration, check_store_args, check_tensor
 from .codec import (
     EncodedKV,
     _as_fp16_bytes,
@@ -31,8 +32,8 @@ class BlockFields(NamedTuple):
     key: torch.Tensor
     norm: torch.Tensor | None
     value: torch.Tensor
-    scale: torch.Tensor
-    zero: torch.Tensor
+    scale: torch.Tensor  # the uniform step, or the Lloyd-Max values' norm
+    zero: torch.Tensor | None  # None: Lloyd-Max values have no zero point
 
 
 def block_fields(kv_cache: torch.Tensor, lay: BlockLayout) -> BlockFields:
@@ -51,7 +52,7 @@ def block_fields(kv_cache: torch.Tensor, lay: BlockLayout) -> BlockFields:
         norm=None if lay.norm_offset is None else field(lay.norm_offset, 2),
         value=field(lay.value_offset, lay.value_code_bytes),
         scale=field(lay.scale_offset, 2),
-        zero=field(lay.zero_offset, 2),
+        zero=None if lay.zero_offset is None else field(lay.zero_offset, 2),
     )
 
 
@@ -62,7 +63,8 @@ def write_fields(views: BlockFields, blocks: torch.Tensor, offsets: torch.Tensor
         views.norm[blocks, :, offsets] = _as_fp16_bytes(enc.key_norm)
     views.value[blocks, :, offsets] = enc.value_codes
     views.scale[blocks, :, offsets] = _as_fp16_bytes(enc.value_scale)
-    views.zero[blocks, :, offsets] = _as_fp16_bytes(enc.value_zero)
+    if views.zero is not None:
+        views.zero[blocks, :, offsets] = _as_fp16_bytes(enc.value_zero)
 
 
 def read_fields(views: BlockFields, blocks: torch.Tensor, offsets: torch.Tensor) -> EncodedKV:
@@ -72,7 +74,7 @@ def read_fields(views: BlockFields, blocks: torch.Tensor, offsets: torch.Tensor)
         key_norm=None if views.norm is None else _from_fp16_bytes(views.norm[blocks, :, offsets]),
         value_codes=views.value[blocks, :, offsets],
         value_scale=_from_fp16_bytes(views.scale[blocks, :, offsets]),
-        value_zero=_from_fp16_bytes(views.zero[blocks, :, offsets]),
+        value_zero=None if views.zero is None else _from_fp16_bytes(views.zero[blocks, :, offsets]),
     )
 
 
@@ -84,6 +86,7 @@ def gather_kv(
     head_dim: int | None = None,
     rotated: bool = False,
     check_values: bool = True,
+    calibration: LayerCalibration | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Decoded keys and values of one request's first ``length`` cached tokens.
 
@@ -95,9 +98,13 @@ def gather_kv(
     ``ceil(length / block_size)`` entries must lie in ``[0, num_blocks)``, else
     :class:`RangeError`; that check reads the ids on the host (one synchronisation with
     the cache's device), so callers on a hot path pass ``check_values=debug_enabled()``.
+    A calibrated preset decodes with the layer's ``calibration`` to the model's keys and
+    values (position 0 is the request's first token), or without one to the coded vectors.
     """
     p = get_preset(preset)
     lay = check_cache(kv_cache, p, head_dim)
+    if calibration is not None:
+        check_calibration(p, calibration, lay.num_kv_heads, lay.head_dim, kv_cache.device)
     row = check_tensor(block_row, "block_row", ndim=1, dtypes=INDEX_DTYPES, device=kv_cache.device)
     bs = lay.block_size
     if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= row.shape[0] * bs:
@@ -111,23 +118,33 @@ def gather_kv(
             raise RangeError(f"block_row: block id {lo if lo < 0 else hi} is outside the cache's {nb} blocks")
     pos = torch.arange(length, device=kv_cache.device)
     blocks = row.long()[pos // bs]
-    return decode_fields(read_fields(block_fields(kv_cache, lay), blocks, pos % bs), p, lay.head_dim, rotated=rotated)
+    fields = read_fields(block_fields(kv_cache, lay), blocks, pos % bs)
+    return decode_fields(fields, p, lay.head_dim, rotated=rotated, calibration=calibration, first=pos == 0)
 
 
 def store(
-    key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor, preset: str | Preset
+    key: torch.Tensor,
+    value: torch.Tensor,
+    kv_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    preset: str | Preset,
+    calibration: LayerCalibration | None = None,
+    positions: torch.Tensor | None = None,
 ) -> None:
     """Encode ``key``/``value`` ``[num_tokens, num_kv_heads, head_dim]`` into ``kv_cache``.
 
     Token ``i`` goes to slot ``slot_mapping[i]`` (block ``slot // block_size``, offset
-    ``slot % block_size``); negative entries are padding and are skipped.
+    ``slot % block_size``); negative entries are padding and are skipped. A calibrated
+    preset needs the layer's ``calibration`` and each token's position in its sequence
+    (``positions`` ``[num_tokens]``: position 0 is coded against its own offsets).
     """
-    args = check_store_args(key, value, kv_cache, slot_mapping, preset)
+    args = check_store_args(key, value, kv_cache, slot_mapping, preset, calibration=calibration, positions=positions)
     idx = torch.nonzero(slot_mapping >= 0).squeeze(1)
     if idx.numel() == 0:
         return
     slots = slot_mapping[idx].long()
-    enc = encode_fields(key[idx], value[idx], args.preset)
+    first = None if positions is None or calibration is None else positions[idx] == 0
+    enc = encode_fields(key[idx], value[idx], args.preset, calibration, first)
     bs = args.layout.block_size
     write_fields(block_fields(kv_cache, args.layout), slots // bs, slots % bs, enc)
 

@@ -1,4 +1,5 @@
-"""The four TurboQuant presets, with vLLM's names and per-token slot formats."""
+"""tq's cache formats: vLLM's four TurboQuant presets (vLLM's names and slot formats) and
+tq's calibrated formats (``tq_*``), with their per-token slot formats."""
 
 from __future__ import annotations
 
@@ -14,17 +15,22 @@ from .layout import BlockLayout, KernelFields, SlotLayout, block_layout, kernel_
 SUPPORTED_HEAD_DIMS: tuple[int, ...] = (64, 128, 256, 512)
 
 KEY_KINDS: tuple[str, ...] = ("fp8", "lloyd_max")
+VALUE_KINDS: tuple[str, ...] = ("uniform", "lloyd_max")
 
-# (name, key_kind, key_bits, value_bits, norm_correction) of every preset tq implements.
-# The kernels are specialised to exactly these formats (tq-triton unpacks 3- and 4-bit
-# codes only and always applies norm correction to Lloyd-Max keys; tq-sycl looks presets
-# up by name), so a Preset must be one of them: a custom format would be accepted by the
-# reference codec and computed differently, or not at all, by the fast backends.
-_SHIPPED: tuple[tuple[str, str, int, int, bool], ...] = (
-    ("turboquant_k8v4", "fp8", 8, 4, False),
-    ("turboquant_4bit_nc", "lloyd_max", 4, 4, True),
-    ("turboquant_k3v4_nc", "lloyd_max", 3, 4, True),
-    ("turboquant_3bit_nc", "lloyd_max", 3, 3, True),
+# (name, key_kind, key_bits, value_bits, norm_correction, value_kind, calibrated) of every
+# preset tq implements. The kernels are specialised to exactly these formats (tq-triton
+# unpacks 3- and 4-bit codes only and always applies norm correction to Lloyd-Max keys;
+# tq-sycl looks presets up by name), so a Preset must be one of them: a custom format would
+# be accepted by the reference codec and computed differently, or not at all, by the fast
+# backends. The first four are vLLM's, byte for byte; the ``tq_*`` formats are tq's own
+# (docs/format.md, "Calibrated formats").
+_SHIPPED: tuple[tuple[str, str, int, int, bool, str, bool], ...] = (
+    ("turboquant_k8v4", "fp8", 8, 4, False, "uniform", False),
+    ("turboquant_4bit_nc", "lloyd_max", 4, 4, True, "uniform", False),
+    ("turboquant_k3v4_nc", "lloyd_max", 3, 4, True, "uniform", False),
+    ("turboquant_3bit_nc", "lloyd_max", 3, 3, True, "uniform", False),
+    ("tq_k4v3", "lloyd_max", 4, 3, True, "lloyd_max", True),
+    ("tq_k4v4", "lloyd_max", 4, 4, True, "lloyd_max", True),
 )
 
 
@@ -34,11 +40,14 @@ class Preset:
 
     ``key_kind`` is ``"fp8"`` (raw key cast to float8 e4m3, no rotation) or
     ``"lloyd_max"`` (norm + Hadamard-rotated unit vector, ``key_bits`` Lloyd-Max codes).
-    Values are always per-token asymmetric uniform with ``value_bits`` bits.
+    ``value_kind`` is ``"uniform"`` (per-token asymmetric uniform with ``value_bits`` bits:
+    fp16 scale and zero point) or ``"lloyd_max"`` (coded like a Lloyd-Max key: fp16 norm and
+    ``value_bits`` codes of the rotated unit vector). ``calibrated`` formats encode keys and
+    values against per-layer statistics of the model (:class:`tq_core.Calibration`).
 
-    Only the four shipped formats (:data:`PRESETS`) can be constructed: every field is
-    validated and any other combination raises :class:`PresetError`, because the fast
-    backends implement exactly those four.
+    Only the shipped formats (:data:`PRESETS`, :data:`CALIBRATED_PRESETS`) can be
+    constructed: every field is validated and any other combination raises
+    :class:`PresetError`, because the backends implement exactly those.
     """
 
     name: str
@@ -46,6 +55,8 @@ class Preset:
     key_bits: int
     value_bits: int
     norm_correction: bool
+    value_kind: Literal["uniform", "lloyd_max"] = "uniform"
+    calibrated: bool = False
 
     def __post_init__(self) -> None:
         def is_int(x: object) -> bool:
@@ -62,6 +73,12 @@ class Preset:
             raise PresetError(f"{where}: value_bits={self.value_bits!r}, expected an int in 1..8")
         if not isinstance(self.norm_correction, bool):
             raise PresetError(f"{where}: norm_correction={self.norm_correction!r}, expected a bool")
+        if self.value_kind not in VALUE_KINDS:
+            raise PresetError(f"{where}: value_kind={self.value_kind!r}, expected one of {VALUE_KINDS}")
+        if not isinstance(self.calibrated, bool):
+            raise PresetError(f"{where}: calibrated={self.calibrated!r}, expected a bool")
+        if self.value_kind == "lloyd_max" and not 1 <= self.value_bits <= 4:
+            raise PresetError(f"{where}: value_bits={self.value_bits}, the Lloyd-Max codebooks cover 1..4 bits")
         if self.key_kind == "fp8":
             if self.key_bits != 8:
                 raise PresetError(f"{where}: fp8 keys are 8 bits, got key_bits={self.key_bits}")
@@ -77,13 +94,18 @@ class Preset:
             shipped = ", ".join(f"Preset{fmt!r}" for fmt in _SHIPPED)
             raise PresetError(
                 f"{where}: ({self.key_kind}, key_bits={self.key_bits}, value_bits={self.value_bits}, "
-                f"norm_correction={self.norm_correction}) is not a format tq implements; custom presets are "
+                f"norm_correction={self.norm_correction}, value_kind={self.value_kind}, "
+                f"calibrated={self.calibrated}) is not a format tq implements; custom presets are "
                 f"not supported because the kernels implement only the shipped ones: {shipped}"
             )
 
     @property
     def key_is_fp8(self) -> bool:
         return self.key_kind == "fp8"
+
+    @property
+    def value_is_uniform(self) -> bool:
+        return self.value_kind == "uniform"
 
     def check_head_dim(self, head_dim: int, arg: str = "head_dim") -> None:
         if not isinstance(head_dim, int) or head_dim not in SUPPORTED_HEAD_DIMS:
@@ -94,7 +116,7 @@ class Preset:
     def layout(self, head_dim: int) -> SlotLayout:
         """vLLM's per-token slot layout at ``head_dim``."""
         self.check_head_dim(head_dim)
-        return _slot_layout_cached(head_dim, self.key_bits, self.value_bits, not self.key_is_fp8)
+        return _slot_layout_cached(head_dim, self.key_bits, self.value_bits, not self.key_is_fp8, self.value_is_uniform)
 
     def block_layout(self, head_dim: int, block_size: int, num_kv_heads: int = 1) -> BlockLayout:
         """tq's in-block arrangement for a cache block of ``block_size`` tokens."""
@@ -123,17 +145,23 @@ _slot_layout_cached = functools.lru_cache(maxsize=256)(slot_layout)
 _block_layout_cached = functools.lru_cache(maxsize=1024)(block_layout)
 _kernel_fields_cached = functools.lru_cache(maxsize=1024)(kernel_fields)
 
-PRESETS: Mapping[str, Preset] = MappingProxyType({fmt[0]: Preset(*fmt) for fmt in _SHIPPED})
-"""The shipped presets by vLLM cache dtype name (read only)."""
+PRESETS: Mapping[str, Preset] = MappingProxyType({fmt[0]: Preset(*fmt) for fmt in _SHIPPED if not fmt[6]})
+"""vLLM's four TurboQuant presets by vLLM cache dtype name (read only): what every backend
+implements."""
+
+CALIBRATED_PRESETS: Mapping[str, Preset] = MappingProxyType({fmt[0]: Preset(*fmt) for fmt in _SHIPPED if fmt[6]})
+"""tq's calibrated formats by name (read only); tq-core implements them (docs/format.md)."""
+
+_ALL: Mapping[str, Preset] = MappingProxyType({**PRESETS, **CALIBRATED_PRESETS})
 
 
 def get_preset(preset: str | Preset) -> Preset:
     """The :class:`Preset` called ``preset``; a Preset is returned as the shipped one it equals."""
     if isinstance(preset, Preset):
-        shipped = PRESETS.get(preset.name) if isinstance(preset.name, str) else None
+        shipped = _ALL.get(preset.name) if isinstance(preset.name, str) else None
         if shipped is preset or shipped == preset:
             return shipped
-        raise PresetError(f"preset={preset!r} is not one of the shipped presets: expected one of {sorted(PRESETS)}")
-    if isinstance(preset, str) and preset in PRESETS:
-        return PRESETS[preset]
-    raise PresetError(f"preset={preset!r} is not a TurboQuant preset: expected one of {sorted(PRESETS)}")
+        raise PresetError(f"preset={preset!r} is not one of the shipped presets: expected one of {sorted(_ALL)}")
+    if isinstance(preset, str) and preset in _ALL:
+        return _ALL[preset]
+    raise PresetError(f"preset={preset!r} is not a TurboQuant preset: expected one of {sorted(_ALL)}")

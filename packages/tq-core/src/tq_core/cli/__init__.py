@@ -34,9 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     # tq-core's own commands are registered directly, so `python -m tq_core.cli` also works
     # from a source tree without installed metadata; other packages arrive as entry points
-    from . import capacity, demo, eval, info
+    from . import calibrate, capacity, demo, eval, info
 
-    for mod in (capacity, demo, eval, info):
+    for mod in (calibrate, capacity, demo, eval, info):
         mod.register(sub)
     broken = []
     for ep in sorted(entry_points(group="tq.commands"), key=lambda e: e.name):

@@ -2,6 +2,8 @@
 
 Bytes per token of one layer: bf16 2 * 2 * head_dim * kv_heads, fp8 half of that,
 TurboQuant slot_size_aligned * kv_heads (one slot holds the key and the value).
+tq's calibrated formats (tq_*) also keep a per-model state (six fp16 vectors of head_dim
+per compressed layer and kv head), taken from the budget before the tokens.
 vLLM keeps the first and last --boundary-layers layers of dense models in the
 model dtype (bf16) when a turboquant_* cache is chosen (default 2 on each side,
 capped at half the layers per side), so those layers cost bf16 bytes in the TurboQuant
@@ -15,7 +17,8 @@ import argparse
 import json
 from dataclasses import dataclass
 
-from ..presets import PRESETS, SUPPORTED_HEAD_DIMS, get_preset
+from ..calibration import state_bytes_per_layer
+from ..presets import CALIBRATED_PRESETS, PRESETS, SUPPORTED_HEAD_DIMS, get_preset
 from .argtypes import nonnegative_int, positive_float, positive_int
 from .options import add_command, add_head_dim_option, add_json_option
 from .table import table_lines
@@ -54,6 +57,7 @@ class Row:
     tokens: int
     ratio_vs_bf16: float
     ratio_vs_fp8: float
+    state_bytes: int = 0  # calibrated formats: the per-model state, outside the per-token bytes
 
 
 def capacity_rows(shape: ModelShape, memory_bytes: int, boundary_layers: int = 2) -> list[Row]:
@@ -66,12 +70,13 @@ def capacity_rows(shape: ModelShape, memory_bytes: int, boundary_layers: int = 2
     bf16_layer = 2 * 2 * d * h
     fp8_layer = 2 * d * h
     n_boundary = len(boundary_layer_set(layers, boundary_layers))
-    formats = [("bf16", bf16_layer * layers), ("fp8", fp8_layer * layers)]
-    for name in PRESETS:
+    formats = [("bf16", bf16_layer * layers, 0), ("fp8", fp8_layer * layers, 0)]
+    for name in (*PRESETS, *CALIBRATED_PRESETS):
         slot = get_preset(name).layout(d).slot_size_aligned
-        formats.append((name, slot * h * (layers - n_boundary) + bf16_layer * n_boundary))
+        state = state_bytes_per_layer(h, d) * (layers - n_boundary) if name in CALIBRATED_PRESETS else 0
+        formats.append((name, slot * h * (layers - n_boundary) + bf16_layer * n_boundary, state))
     bf16, fp8 = formats[0][1], formats[1][1]
-    return [Row(name, b, memory_bytes // b, bf16 / b, fp8 / b) for name, b in formats]
+    return [Row(name, b, max(memory_bytes - s, 0) // b, bf16 / b, fp8 / b, s) for name, b, s in formats]
 
 
 def render(shape: ModelShape, memory_gib: float, boundary_layers: int, rows: list[Row], label: str) -> str:
@@ -81,11 +86,12 @@ def render(shape: ModelShape, memory_gib: float, boundary_layers: int, rows: lis
         f"KV memory: {memory_gib:g} GiB; boundary layers kept in bf16 for turboquant_*: {n_boundary}"
         f" of {shape.layers} (--boundary-layers {boundary_layers})\n"
     )
-    cols = ("format", "bytes/token", "KV tokens", "vs bf16", "vs fp8")
+    cols = ("format", "bytes/token", "KV tokens", "vs bf16", "vs fp8", "state bytes")
     table = [
-        (r.name, f"{r.bytes_per_token:,}", f"{r.tokens:,}", f"{r.ratio_vs_bf16:.2f}x", f"{r.ratio_vs_fp8:.2f}x")
+        (r.name, f"{r.bytes_per_token:,}", f"{r.tokens:,}", f"{r.ratio_vs_bf16:.2f}x", f"{r.ratio_vs_fp8:.2f}x",
+         f"{r.state_bytes:,}" if r.state_bytes else "")
         for r in rows
-    ]
+    ]  # fmt: skip
     lines = table_lines(cols, table, ["<"] + [">"] * (len(cols) - 1))
     return head + "\n".join(lines)
 

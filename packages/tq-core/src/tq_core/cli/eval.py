@@ -52,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
         backend=args.backend,
         seed=args.seed,
         prompt_chunk=args.prompt_chunk,
+        calibration=args.calibration,
+        calibration_text=args.calibration_text,
         **sizes,
     )
 
@@ -157,6 +159,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="score each window as a prompt that vLLM feeds N tokens per step (its max_num_batched_tokens): "
         "a token reads its own step's keys and values raw (default 0: every token reads the compressed "
         "cache, as in decode)",
+    )
+    p.add_argument(
+        "--calibration",
+        metavar="PATH",
+        help="the calibration of the tq_* formats (from tq calibrate; default: calibrate first on --calibration-text)",
+    )
+    p.add_argument(
+        "--calibration-text",
+        metavar="PATH",
+        help="a UTF-8 text to calibrate the tq_* formats on (default: standard-library docstrings)",
     )
     add_device_option(p, help="default auto")
     p.add_argument("--backend", default="auto", help="tq backend by name (default auto: the best for the device)")

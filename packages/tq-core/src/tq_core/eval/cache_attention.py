@@ -31,11 +31,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..calibration import Calibration, LayerCalibration
 from ..cli.capacity import boundary_layer_set
 from ..codec import FP8_E4M3_MAX
 from ..contract import Backend
+from ..errors import CalibrationError
 from ..paged import gather_kv
-from ..presets import PRESETS, get_preset
+from ..presets import CALIBRATED_PRESETS, PRESETS, get_preset
 
 ATTENTION_NAME = "tq_eval"
 REFERENCE_FORMATS: tuple[str, ...] = ("bf16", "fp8_e4m3")
@@ -46,8 +48,9 @@ _active: list[CacheAttention] = []
 
 
 def format_names() -> tuple[str, ...]:
-    """Every format ``tq eval`` knows: the tq presets, then the reference round trips."""
-    return (*PRESETS, *REFERENCE_FORMATS)
+    """Every format ``tq eval`` knows: vLLM's four presets, tq's calibrated formats, then
+    the reference round trips."""
+    return (*PRESETS, *CALIBRATED_PRESETS, *REFERENCE_FORMATS)
 
 
 @dataclass
@@ -135,7 +138,8 @@ class CacheAttention:
     decodes each layer's cache once more (:func:`tq_core.gather_kv`) to record how far the
     keys and values attention read are from the model's. ``prompt_chunk`` > 0 serves the
     first ``prompt_len`` positions (None: all) as a prompt in steps of that many tokens
-    (module docstring); 0 gives every position decode semantics.
+    (module docstring); 0 gives every position decode semantics. ``calibration``: the
+    model's, for calibrated formats.
     """
 
     layer_formats: Sequence[str]
@@ -144,7 +148,9 @@ class CacheAttention:
     seed: int = 0
     prompt_chunk: int = 0
     prompt_len: int | None = None
+    calibration: Calibration | None = None
     errors: dict[int, LayerError] = field(default_factory=dict)
+    _layer_cal: dict[tuple[int, str], LayerCalibration] = field(default_factory=dict, repr=False)
 
     def __enter__(self) -> CacheAttention:
         _active.append(self)
@@ -176,6 +182,8 @@ class CacheAttention:
         b, hk, t, d = key.shape
         hq = query.shape[1]
         dev = key.device
+        cal = self._calibration(layer, dev) if preset.calibrated else None
+        cal_args: dict[str, Any] = {} if cal is None else {"calibration": cal}
         nblk = -(-t // BLOCK_SIZE)
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + layer)
         # physical blocks in a shuffled order, so that paging is exercised as in serving
@@ -188,9 +196,10 @@ class CacheAttention:
         v = value.transpose(1, 2).reshape(b * t, hk, d).contiguous()
         q = query.transpose(1, 2).reshape(b * t, hq, d).contiguous()
         assert self.backend.store is not None
-        self.backend.store(k, v, cache, slots, preset)
+        store_args = {} if cal is None else {"positions": pos.repeat(b), **cal_args}
+        self.backend.store(k, v, cache, slots, preset, **store_args)
         if self.measure_error or self.prompt_chunk > 0:
-            decoded = [gather_kv(cache, table[r], t, preset, d, check_values=False) for r in range(b)]
+            decoded = [gather_kv(cache, table[r], t, preset, d, check_values=False, **cal_args) for r in range(b)]
             k_hat = torch.stack([kv[0] for kv in decoded]).view(b * t, hk, d)
             v_hat = torch.stack([kv[1] for kv in decoded]).view(b * t, hk, d)
             if self.measure_error:
@@ -202,8 +211,16 @@ class CacheAttention:
         seq_lens = torch.full((b,), t, dtype=torch.int32, device=dev)
         qsl = torch.arange(0, (b + 1) * t, t, dtype=torch.int32, device=dev)
         hints: dict[str, Any] = {"max_query_len": t} if self.backend.takes_max_query_len else {}
-        out = self.backend.attention(q, cache, table, seq_lens, qsl, preset, scaling, **hints)
+        out = self.backend.attention(q, cache, table, seq_lens, qsl, preset, scaling, **hints, **cal_args)
         return out.view(b, t, hq, d).to(query.dtype)
+
+    def _calibration(self, layer: int, device: torch.device) -> LayerCalibration:
+        if self.calibration is None:
+            raise CalibrationError("a calibrated format needs the model's calibration (tq calibrate, or tq eval's own)")
+        key = (layer, str(device))
+        if key not in self._layer_cal:
+            self._layer_cal[key] = self.calibration.layer(layer).to(device)
+        return self._layer_cal[key]
 
     def _record(self, layer: int, k: torch.Tensor, v: torch.Tensor, k_hat: torch.Tensor, v_hat: torch.Tensor) -> None:
         e = self.errors.setdefault(layer, LayerError())

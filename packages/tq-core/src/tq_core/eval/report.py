@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cli.table import table_lines
-from .run import EvalResult
+from .run import EvalResult, FormatResult
 
 
 def _pct(x: float, se: float | None, digits: int = 2) -> str:
@@ -43,11 +43,11 @@ def render(r: EvalResult) -> str:
         "",
     ]
     header = [
-        "format", "layers", "B/tok/kvh", "ppl", "ppl change ±se", "bits/byte", "KL nats/tok ±se",
+        "format", "layers", "B/tok/kvh", "+state @window/32K", "ppl", "ppl change ±se", "bits/byte", "KL nats/tok ±se",
         "top-1 agree ±se", "key err", "value err",
     ]  # fmt: skip
     rows = [
-        ["uncompressed (fp32 K/V)", f"0/{r.num_layers}", f"{4 * r.head_dim}", f"{b.ppl:.3f}", "",
+        ["uncompressed (fp32 K/V)", f"0/{r.num_layers}", f"{4 * r.head_dim}", "", f"{b.ppl:.3f}", "",
          f"{b.bits_per_byte:.4f}", "", "", "", ""]
     ]  # fmt: skip
     for f in r.formats:
@@ -57,6 +57,7 @@ def render(r: EvalResult) -> str:
                 f.label,
                 f"{len(f.compressed_layers)}/{r.num_layers}",
                 f"{f.bytes_per_token:.1f}",
+                _state(f),
                 f"{s.ppl:.3f}",
                 _pct(s.ppl_change, s.ppl_change_se),
                 f"{s.bits_per_byte:.4f}",
@@ -66,15 +67,22 @@ def render(r: EvalResult) -> str:
                 f"{100 * f.mean_value_err():.2f}%",
             ]
         )
-    align = ["<", ">", ">", ">", ">", ">", ">", ">", ">", ">"]
+    align = ["<", ">", ">", ">", ">", ">", ">", ">", ">", ">", ">"]
     notes = [
         "",
-        "B/tok/kvh: key + value bytes per token and kv head, averaged over layers (uncompressed layers count as bf16).",
+        "B/tok/kvh: key + value bytes per token and kv head, averaged over layers (uncompressed layers count as bf16);",
+        "+state: the same with a calibrated format's per-model state shared over one window / over 32K tokens.",
         "ppl change, KL(uncompressed || format), top-1 agreement: against the uncompressed run over the same windows;",
         "±se: standard error over windows. key / value err: ||x - x_hat||^2 / ||x||^2 of what attention read, the mean",
         "over compressed layers, measured on the first batch of windows (per layer: --per-layer or --json).",
     ]
     return "\n".join(head + table_lines(header, rows, align) + notes)
+
+
+def _state(f: FormatResult) -> str:
+    if not f.state_bytes or f.bytes_at_window is None or f.bytes_at_long_context is None:
+        return ""
+    return f"{f.bytes_at_window:.2f} / {f.bytes_at_long_context:.2f}"
 
 
 def render_layers(r: EvalResult) -> str:
@@ -107,14 +115,15 @@ def plot(results: list[dict[str, Any]], path: str | Path, title: str | None = No
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
     markers = "osD^v"
     for i, r in enumerate(results):
-        pts = sorted(r["formats"], key=lambda f: f["bytes_per_token"])
-        xs = [f["bytes_per_token"] for f in pts]
+        pts = sorted(r["formats"], key=lambda f: f.get("bytes_at_window") or f["bytes_per_token"])
+        # a calibrated format's point includes its state, shared over one window (the worst case)
+        xs = [f.get("bytes_at_window") or f["bytes_per_token"] for f in pts]
         ys = [100 * f["summary"]["ppl_change"] for f in pts]
         es = [100 * (f["summary"]["ppl_change_se"] or 0.0) for f in pts]
         label = f"{r['model']} ({r['device']})"
         ax.errorbar(xs, ys, yerr=es, fmt=markers[i % len(markers)], capsize=3, label=label)
         for f, x, y in zip(pts, xs, ys, strict=True):
-            name = f["format"].removeprefix("turboquant_")
+            name = f["format"].removeprefix("turboquant_").removeprefix("tq_") + ("*" if f.get("state_bytes") else "")
             if f["boundary_layers"]:
                 name += f" b{f['boundary_layers']}"
             ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=7)

@@ -15,10 +15,12 @@ from typing import Any
 import torch
 
 from ..__about__ import __version__
-from ..contract import select_backend
-from ..errors import PresetError, RangeError
-from ..presets import PRESETS, get_preset
+from ..calibration import Calibration, state_bytes_per_layer
+from ..contract import core_backend, select_backend
+from ..errors import BackendUnavailableError, PresetError, RangeError
+from ..presets import CALIBRATED_PRESETS, PRESETS, get_preset
 from .cache_attention import RAW, CacheAttention, format_names, layer_formats, register
+from .calibrate import calibrate_model, load_calibration_text
 from .metrics import Summary, WindowScores, summarize
 from .model import load_model, model_folder, require_transformers
 from .text import load_text, make_windows
@@ -33,7 +35,10 @@ class EvalConfig:
     these layers compressed (None: all); ``prompt_chunk``: 0 scores every token as a decode
     step reading the whole compressed cache; N > 0 scores the first ``prompt_len`` tokens of
     each window (None: all) as a prompt that vLLM's chunked prefill feeds N tokens per step
-    (each token reads its own step's keys and values raw), the rest as decode steps."""
+    (each token reads its own step's keys and values raw), the rest as decode steps.
+    Calibrated formats use ``calibration`` (a file from ``tq calibrate``), or else a
+    calibration made first from ``calibration_windows`` windows of ``calibration_text`` (a
+    UTF-8 file; None: standard-library docstrings, never the scored text)."""
 
     model: str | None = None
     text: str | None = None
@@ -48,6 +53,12 @@ class EvalConfig:
     seed: int = 0
     prompt_chunk: int = 0
     prompt_len: int | None = None
+    calibration: str | None = None
+    calibration_text: str | None = None
+    calibration_windows: int = 16
+
+
+LONG_CONTEXT = 32768  # the second context the calibration state is amortised over
 
 
 @dataclass
@@ -61,6 +72,11 @@ class FormatResult:
     # ||k - k_hat||^2 / ||k||^2 per compressed layer, over the first batch of windows
     key_rel_err: dict[int, float]
     value_rel_err: dict[int, float]
+    # calibrated formats: the model's calibration state for the compressed layers (bytes), and
+    # bytes_per_token with that state shared over the eval's window / over LONG_CONTEXT tokens
+    state_bytes: int = 0
+    bytes_at_window: float | None = None
+    bytes_at_long_context: float | None = None
 
     @property
     def label(self) -> str:
@@ -115,6 +131,9 @@ def check_config(cfg: EvalConfig) -> None:
     for fmt in cfg.formats:
         if fmt not in known:
             raise PresetError(f"format {fmt!r}: expected one of {list(known)}")
+    cw = cfg.calibration_windows
+    if isinstance(cw, bool) or not isinstance(cw, int) or cw < 1:
+        raise RangeError(f"calibration_windows={cw!r}: expected an int >= 1")
     if not cfg.formats:
         raise RangeError("formats: expected at least one")
     for name in ("windows", "window", "batch"):
@@ -130,7 +149,7 @@ def check_config(cfg: EvalConfig) -> None:
         raise RangeError(f"prompt_len={plen!r}: expected None or an int >= 1, with prompt_chunk > 0")
 
 
-def _model_shape(config: Any) -> tuple[int, int, int, int]:
+def model_shape(config: Any) -> tuple[int, int, int, int]:
     hq = config.num_attention_heads
     hk = getattr(config, "num_key_value_heads", None) or hq
     d = getattr(config, "head_dim", None) or config.hidden_size // hq
@@ -159,26 +178,38 @@ def evaluate(
     folder = model_folder(cfg.model, say)
     say(f"loading {folder}")
     model, tokenizer = load_model(folder, device, torch.float32, attn_name)
-    num_layers, hq, hk, d = _model_shape(model.config)
+    num_layers, hq, hk, d = model_shape(model.config)
     if cfg.layers is not None and (bad := [i for i in cfg.layers if not 0 <= i < num_layers]):
         raise RangeError(f"layers {bad}: the model has layers 0..{num_layers - 1}")
     for fmt in cfg.formats:
-        if fmt in PRESETS:
+        if fmt in PRESETS or fmt in CALIBRATED_PRESETS:
             get_preset(fmt).check_head_dim(d, "the model's head_dim")
     text, text_label = load_text(cfg.text)
     win = make_windows(text, tokenizer, cfg.windows, cfg.window)
+    calibration, cal_backend = None, backend
+    if any(fmt in CALIBRATED_PRESETS for fmt in cfg.formats):
+        calibration = _calibration(cfg, model, tokenizer, num_layers, str(folder), say)
+        calibration.check_model(num_layers, hk, d)
+        if backend.name != "core":
+            if cfg.backend != "auto":
+                raise BackendUnavailableError(
+                    f"calibrated formats run on tq-core's reference ops only: backend {cfg.backend!r} "
+                    "does not implement them (pass --backend core, or leave out the tq_* formats)"
+                )
+            cal_backend = core_backend()
     runs: list[tuple[str, int]] = []
     for fmt in cfg.formats:
-        for b in cfg.boundary_layers if fmt in PRESETS else (0,):
+        for b in cfg.boundary_layers if fmt in PRESETS or fmt in CALIBRATED_PRESETS else (0,):
             if (fmt, b) not in runs:
                 runs.append((fmt, b))
     plans = {
         run: CacheAttention(
             layer_formats(num_layers, run[0], run[1], cfg.layers),
-            backend,
+            cal_backend if run[0] in CALIBRATED_PRESETS else backend,
             seed=cfg.seed,
             prompt_chunk=cfg.prompt_chunk,
             prompt_len=cfg.prompt_len,
+            calibration=calibration if run[0] in CALIBRATED_PRESETS else None,
         )
         for run in runs
     }
@@ -206,6 +237,8 @@ def evaluate(
         plan = plans[(fmt, b)]
         comp = [i for i, f in enumerate(plan.layer_formats) if f != RAW]
         per_layer = [bytes_per_token(f, d) for f in plan.layer_formats]
+        state = len(comp) * state_bytes_per_layer(hk, d) if fmt in CALIBRATED_PRESETS else 0
+        per_head = state / (num_layers * hk)
         results.append(
             FormatResult(
                 format=fmt,
@@ -216,9 +249,14 @@ def evaluate(
                 summary=summarize(scores[(fmt, b)], base, win.scored_bytes),
                 key_rel_err={i: plan.errors[i].key_rel for i in comp if i in plan.errors},
                 value_rel_err={i: plan.errors[i].value_rel for i in comp if i in plan.errors},
+                state_bytes=state,
+                bytes_at_window=sum(per_layer) / num_layers + per_head / win.length,
+                bytes_at_long_context=sum(per_layer) / num_layers + per_head / LONG_CONTEXT,
             )
         )
     name = backend.description + (f" (passed over: {'; '.join(skipped)})" if skipped else "")
+    if cal_backend is not backend:
+        name += f"; calibrated formats: {cal_backend.description}"
     return EvalResult(
         config=cfg,
         model=str(cfg.model) if cfg.model else f"{Path(str(folder)).name} (default)",
@@ -245,7 +283,22 @@ def evaluate(
             "machine": platform.machine(),
             "date": datetime.date.today().isoformat(),
             "model_folder": str(folder),
+            **({} if calibration is None else {"calibration": dict(calibration.meta)}),
         },
+    )
+
+
+def _calibration(
+    cfg: EvalConfig, model: Any, tokenizer: Any, num_layers: int, model_label: str, say: Callable[[str], None]
+) -> Calibration:
+    """The calibration of ``cfg``: read from its file, or made on its calibration text."""
+    if cfg.calibration is not None:
+        say(f"reading calibration {cfg.calibration}")
+        return Calibration.load(cfg.calibration)
+    text, label = load_calibration_text(cfg.calibration_text)
+    say(f"calibrating on {label}")
+    return calibrate_model(
+        model, tokenizer, num_layers, text, label, cfg.calibration_windows, cfg.window, cfg.batch, model_label
     )
 
 

@@ -1,0 +1,334 @@
+"""Calibration of tq's calibrated formats: per-layer statistics of one model's keys and
+values that those formats encode against (docs/format.md, "Calibrated formats").
+
+Per layer and kv head, six vectors of ``head_dim`` values, held in fp16 (the state a
+server keeps per model, counted in the formats' bytes):
+
+- ``key_offset`` (mu): the mean key, after RoPE as the cache holds keys, over every
+  position but the first; ``key_first_offset`` (mu0): the mean key at position 0.
+- ``key_gain`` (a): a per-channel gain. The cache codes ``a * (k - mu_p)`` (``mu_p`` is
+  mu0 at position 0, mu elsewhere) and reads it back as ``dec / a + mu_p``. Attention over
+  the decoded keys is plain softmax attention: a kernel may score ``q / a`` against the
+  coded keys, because ``(q / a) . (a * (k - mu)) = q . k - q . mu`` and a shift shared by
+  every key of a row leaves the softmax unchanged; only position 0 needs its own shift
+  ``q . (mu0 - mu)`` back.
+- ``value_offset``, ``value_first_offset``, ``value_gain`` (nu, nu0, b): the same for
+  values; the coded value is ``b * (v - nu_p)``, decoded as ``dec / b + nu_p``.
+
+Why: a head's keys share a large offset (on SmolLM2-135M most of a key's energy), which a
+per-token code spends its bits on and attention does not need; the first token of a
+sequence (the attention sink) sits far from that offset and takes much of the attention
+mass; and the error a query sees is ``q . e``, so channels where queries are large deserve
+a finer code. The gains minimise the expected squared score error of a code whose error
+is spread evenly over the coded vector's channels, which is what the Hadamard rotation
+makes of TurboQuant's error: ``a_c = (E[q_c^2] / Var[k_c]) ** (1/4)``, and for values, with
+the output projection's squared column norms ``g_c`` of the heads that read the value,
+``b_c = (g_c / Var[v_c]) ** (1/4)``. Both are scaled so the coded vectors keep the
+variance of the originals.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .errors import CalibrationError, ShapeError
+
+FILE_FORMAT = "tq-calibration"
+FILE_VERSION = 1
+# regularisation of the per-channel statistics, as a fraction of their mean: a channel that
+# never varies gets a finite gain
+_REG = 1e-3
+
+
+@dataclass(frozen=True)
+class LayerCalibration:
+    """One layer's calibration: six float32 ``[num_kv_heads, head_dim]`` tensors whose
+    values are exactly representable in fp16 (see the module docstring)."""
+
+    key_offset: torch.Tensor
+    key_first_offset: torch.Tensor
+    key_gain: torch.Tensor
+    value_offset: torch.Tensor
+    value_first_offset: torch.Tensor
+    value_gain: torch.Tensor
+
+    def __post_init__(self) -> None:
+        shape = None
+        for f in fields(self):
+            t = getattr(self, f.name)
+            if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.dtype != torch.float32:
+                raise CalibrationError(f"{f.name}: expected a float32 [num_kv_heads, head_dim] tensor, got {_desc(t)}")
+            if shape is not None and t.shape != shape:
+                raise CalibrationError(f"{f.name}: shape {tuple(t.shape)}, expected {tuple(shape)} as the others")
+            shape = t.shape
+            if not bool(torch.isfinite(t).all()):
+                raise CalibrationError(f"{f.name}: holds a NaN or an infinity")
+            if f.name.endswith("gain") and not bool((t > 0).all()):
+                raise CalibrationError(f"{f.name}: every gain must be positive")
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.key_offset.shape[0]
+
+    @property
+    def head_dim(self) -> int:
+        return self.key_offset.shape[1]
+
+    def to(self, device: torch.device | str) -> LayerCalibration:
+        return LayerCalibration(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+
+    def check(self, num_kv_heads: int, head_dim: int, device: torch.device) -> None:
+        """Raise :class:`ShapeError` unless this layer's tensors fit ``num_kv_heads`` x
+        ``head_dim`` on ``device``."""
+        if (self.num_kv_heads, self.head_dim) != (num_kv_heads, head_dim):
+            raise ShapeError(
+                f"calibration: made for {self.num_kv_heads} kv heads of head_dim {self.head_dim}, "
+                f"the cache has {num_kv_heads} of {head_dim}"
+            )
+        if self.key_offset.device != device:
+            raise ShapeError(f"calibration: on {self.key_offset.device}, the cache on {device}: move it with .to()")
+
+    def _pick(self, name: str, first: torch.Tensor | None) -> torch.Tensor:
+        rest = getattr(self, f"{name}_offset")
+        if first is None:
+            return rest
+        return torch.where(first[:, None, None], getattr(self, f"{name}_first_offset"), rest)
+
+    def code(
+        self, key: torch.Tensor, value: torch.Tensor, first: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[N, H, d]`` keys and values -> the vectors the cache codes; ``first`` ``[N]``
+        bool marks tokens at position 0 (None: none)."""
+        k = (key.float() - self._pick("key", first)) * self.key_gain
+        v = (value.float() - self._pick("value", first)) * self.value_gain
+        return k, v
+
+    def uncode(
+        self, key: torch.Tensor, value: torch.Tensor, first: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inverse of :meth:`code` on decoded vectors."""
+        k = key / self.key_gain + self._pick("key", first)
+        v = value / self.value_gain + self._pick("value", first)
+        return k, v
+
+
+def _desc(t: object) -> str:
+    if isinstance(t, torch.Tensor):
+        return f"{t.dtype} tensor of shape {tuple(t.shape)}"
+    return type(t).__name__
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A model's calibration: one :class:`LayerCalibration` per attention layer, and what
+    it was made from (``meta``: model, text, tokens, seconds, tq-core version)."""
+
+    layers: tuple[LayerCalibration, ...]
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.layers:
+            raise CalibrationError("calibration: has no layers")
+        first = self.layers[0]
+        for i, lay in enumerate(self.layers):
+            if not isinstance(lay, LayerCalibration):
+                raise CalibrationError(f"calibration layer {i}: expected a LayerCalibration, got {_desc(lay)}")
+            if (lay.num_kv_heads, lay.head_dim) != (first.num_kv_heads, first.head_dim):
+                raise CalibrationError(f"calibration layer {i}: shape differs from layer 0's")
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def layer(self, index: int) -> LayerCalibration:
+        if not 0 <= index < len(self.layers):
+            raise CalibrationError(f"calibration: has layers 0..{len(self.layers) - 1}, asked for {index}")
+        return self.layers[index]
+
+    def check_model(self, num_layers: int, num_kv_heads: int, head_dim: int) -> None:
+        """Raise :class:`CalibrationError` unless this calibration fits the model's shape."""
+        lay = self.layers[0]
+        have = (self.num_layers, lay.num_kv_heads, lay.head_dim)
+        if have != (num_layers, num_kv_heads, head_dim):
+            raise CalibrationError(
+                f"calibration: made for {have[0]} layers x {have[1]} kv heads x head_dim {have[2]} "
+                f"({self.meta.get('model', 'unknown model')}), the model has {num_layers} x {num_kv_heads} x {head_dim}"
+            )
+
+    def state_bytes(self) -> int:
+        """Bytes a server keeps for this calibration: six fp16 vectors per layer and kv head."""
+        lay = self.layers[0]
+        return self.num_layers * state_bytes_per_layer(lay.num_kv_heads, lay.head_dim)
+
+    def to(self, device: torch.device | str) -> Calibration:
+        return Calibration(tuple(lay.to(device) for lay in self.layers), self.meta)
+
+    def save(self, path: str | Path) -> None:
+        """Write to ``path`` (torch's format, tensors and plain values only: :meth:`load`
+        reads it with ``weights_only=True``)."""
+        data = {
+            "format": FILE_FORMAT,
+            "version": FILE_VERSION,
+            "meta": dict(self.meta),
+            "layers": [
+                {f.name: getattr(lay, f.name).to("cpu", torch.float16) for f in fields(lay)} for lay in self.layers
+            ],
+        }
+        torch.save(data, Path(path))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Calibration:
+        """Read a file written by :meth:`save` (``tq calibrate --out``)."""
+        p = Path(path)
+        try:
+            data = torch.load(p, map_location="cpu", weights_only=True)
+        except FileNotFoundError:
+            raise CalibrationError(f"calibration {str(p)!r} does not exist (tq calibrate --out makes one)") from None
+        except Exception as exc:
+            raise CalibrationError(f"calibration {str(p)!r} is not a tq calibration file: {exc}") from None
+        if not isinstance(data, dict) or data.get("format") != FILE_FORMAT:
+            raise CalibrationError(f"calibration {str(p)!r} is not a tq calibration file")
+        if data.get("version") != FILE_VERSION:
+            raise CalibrationError(
+                f"calibration {str(p)!r}: file version {data.get('version')!r}, this tq-core reads {FILE_VERSION}"
+            )
+        names = [f.name for f in fields(LayerCalibration)]
+        layers = []
+        for i, lay in enumerate(data.get("layers") or []):
+            if not isinstance(lay, dict) or sorted(lay) != sorted(names):
+                raise CalibrationError(f"calibration {str(p)!r}: layer {i} does not hold {names}")
+            layers.append(LayerCalibration(**{n: _float32(lay[n], f"layer {i} {n}") for n in names}))
+        return cls(tuple(layers), dict(data.get("meta") or {}))
+
+
+def _float32(t: object, what: str) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+        raise CalibrationError(f"calibration {what}: expected a float tensor, got {_desc(t)}")
+    return t.float()
+
+
+def state_bytes_per_layer(num_kv_heads: int, head_dim: int) -> int:
+    """A calibrated layer's state: six fp16 vectors of ``head_dim`` per kv head."""
+    return 6 * 2 * num_kv_heads * head_dim
+
+
+def _fp16(t: torch.Tensor) -> torch.Tensor:
+    """``t`` rounded to fp16 and back to float32 (finite: saturated at fp16's range)."""
+    return t.clamp(-65504.0, 65504.0).to(torch.float16).float()
+
+
+def _gain(signal: torch.Tensor, spread: torch.Tensor) -> torch.Tensor:
+    """``(signal / spread) ** (1/4)`` per channel (both ``[H, d]``, regularised), scaled so
+    that ``sum(gain^2 * spread) == sum(spread)`` per head."""
+    sig = signal + _REG * signal.mean(-1, keepdim=True) + 1e-30
+    spr = spread + _REG * spread.mean(-1, keepdim=True) + 1e-30
+    g = (sig / spr).sqrt().sqrt()
+    return g * ((spr.sum(-1, keepdim=True) / (g * g * spr).sum(-1, keepdim=True)).sqrt())
+
+
+class _LayerSums:
+    def __init__(self, hk: int, d: int) -> None:
+        z = torch.zeros(hk, d, dtype=torch.float64)
+        self.n = self.n0 = self.nq = 0
+        self.k, self.kk, self.k0 = z.clone(), z.clone(), z.clone()
+        self.v, self.vv, self.v0 = z.clone(), z.clone(), z.clone()
+        self.qq = z.clone()
+
+
+class CalibrationStats:
+    """Sums of one model's keys, values and queries, layer by layer, and the calibration
+    they give (:meth:`finish`).
+
+    :meth:`add` takes one forward pass's ``query [B, Hq, T, d]``, ``key`` and ``value``
+    ``[B, Hk, T, d]`` of a layer (keys after RoPE), for rows that start at position 0.
+    """
+
+    def __init__(self) -> None:
+        self._sums: dict[int, _LayerSums] = {}
+        self.tokens = 0
+
+    def add(self, layer: int, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+        b, hk, t, d = key.shape
+        hq = query.shape[1]
+        if query.shape[0] != b or query.shape[2:] != (t, d) or hq % hk or value.shape != key.shape:
+            raise ShapeError(
+                f"calibration: query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)} "
+                "do not form [B, Hq, T, d] / [B, Hk, T, d]"
+            )
+        s = self._sums.setdefault(layer, _LayerSums(hk, d))
+        k, v = key.double(), value.double()
+        rest_k, rest_v = k[:, :, 1:], v[:, :, 1:]
+        s.n += b * (t - 1)
+        s.k += rest_k.sum((0, 2))
+        s.kk += rest_k.square().sum((0, 2))
+        s.v += rest_v.sum((0, 2))
+        s.vv += rest_v.square().sum((0, 2))
+        s.n0 += b
+        s.k0 += k[:, :, 0].sum(0)
+        s.v0 += v[:, :, 0].sum(0)
+        q = query.double().reshape(b, hk, hq // hk, t, d)
+        s.nq += b * (hq // hk) * t
+        s.qq += q.square().sum((0, 2, 3))
+        if layer == 0:
+            self.tokens += b * t
+
+    def finish(
+        self,
+        num_layers: int,
+        output_weights: Sequence[torch.Tensor | None] | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Calibration:
+        """The calibration of layers ``0..num_layers-1``. ``output_weights[i]``: layer ``i``'s
+        output projection ``[hidden, Hq * d]`` (None: value gains of 1)."""
+        missing = [i for i in range(num_layers) if i not in self._sums or self._sums[i].n < 1]
+        if missing:
+            raise CalibrationError(f"calibration: no tokens past position 0 seen for layers {missing}")
+        layers = []
+        for i in range(num_layers):
+            s = self._sums[i]
+            hk, d = s.k.shape
+            mu, nu = s.k / s.n, s.v / s.n
+            k_var = (s.kk / s.n - mu * mu).clamp(min=0)
+            v_var = (s.vv / s.n - nu * nu).clamp(min=0)
+            key_gain = _gain(s.qq / s.nq, k_var)
+            w = None if output_weights is None else output_weights[i]
+            if w is None:
+                value_gain = torch.ones(hk, d, dtype=torch.float64)
+            else:
+                if w.dim() != 2 or w.shape[1] % (hk * d):
+                    raise ShapeError(f"output_weights[{i}]: shape {tuple(w.shape)}, expected [hidden, Hq * {d}]")
+                g = w.double().square().sum(0).view(hk, -1, d).sum(1)
+                value_gain = _gain(g, v_var)
+            layers.append(
+                LayerCalibration(
+                    key_offset=_fp16(mu),
+                    key_first_offset=_fp16(s.k0 / s.n0),
+                    key_gain=_fp16(key_gain),
+                    value_offset=_fp16(nu),
+                    value_first_offset=_fp16(s.v0 / s.n0),
+                    value_gain=_fp16(value_gain),
+                )
+            )
+        info = {"tokens": self.tokens, **(meta or {})}
+        return Calibration(tuple(layers), info)
+
+
+def amortised_bytes(slot_bytes: int, state_bytes_per_head: float, tokens: int) -> float:
+    """Bytes per token and kv head of a layer: the slot plus the layer's calibration state
+    shared over ``tokens`` tokens."""
+    return slot_bytes + state_bytes_per_head / tokens if tokens > 0 else math.inf
+
+
+__all__ = [
+    "Calibration",
+    "CalibrationStats",
+    "LayerCalibration",
+    "amortised_bytes",
+    "state_bytes_per_layer",
+]

@@ -1,0 +1,258 @@
+"""tq's calibrated formats (tq_k4v3, tq_k4v4): the calibration's statistics, the codec
+against vLLM's Lloyd-Max key code, the paged path, attention, and the file."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from tqc_helpers import randn
+
+import tq_core
+from tq_core import CALIBRATED_PRESETS, Calibration, CalibrationError, CalibrationStats, LayerCalibration
+from tq_core.calibration import state_bytes_per_layer
+from tq_core.testing.batch import block_tables
+from tq_core.testing.reference import dense_attention
+
+CAL_NAMES = tuple(CALIBRATED_PRESETS)
+
+
+def layer_cal(gen: torch.Generator, hk: int, d: int, *, identity: bool = False) -> LayerCalibration:
+    """A layer calibration with random offsets and gains in [0.25, 4] (fp16-exact), or the identity."""
+
+    def vec(scale: float) -> torch.Tensor:
+        return randn(gen, hk, d, scale=scale).half().float()
+
+    def gain() -> torch.Tensor:
+        return (4.0 ** (2 * torch.rand(hk, d, generator=gen) - 1)).half().float()
+
+    if identity:
+        z, one = torch.zeros(hk, d), torch.ones(hk, d)
+        return LayerCalibration(z, z, one, z, z, one)
+    return LayerCalibration(vec(3.0), vec(3.0), gain(), vec(1.0), vec(1.0), gain())
+
+
+def positions_of(seq_lens: list[int]) -> torch.Tensor:
+    return torch.cat([torch.arange(s) for s in seq_lens]).to(torch.int32)
+
+
+def test_presets_bytes_and_kinds():
+    """Spelled out: keys 4-bit Lloyd-Max + fp16 norm; values Lloyd-Max + fp16 norm, no zero point."""
+    for name, (kb, vb) in {"tq_k4v3": (4, 3), "tq_k4v4": (4, 4)}.items():
+        p = tq_core.get_preset(name)
+        assert p.calibrated and p.value_kind == "lloyd_max" and p.key_bits == kb and p.value_bits == vb
+        for d in (64, 128, 256, 512):
+            lay = p.layout(d)
+            assert lay.zero_offset is None
+            assert lay.slot_size == d * kb // 8 + 2 + d * vb // 8 + 2
+    assert (
+        tq_core.get_preset("tq_k4v3").layout(64).slot_size_aligned
+        < tq_core.get_preset("turboquant_k3v4_nc").layout(64).slot_size_aligned
+    )
+    assert "tq_k4v3" not in tq_core.PRESETS  # the backends' contract lists vLLM's four only
+    for name in CAL_NAMES:
+        lay = tq_core.get_preset(name).block_layout(64, 16, 2)
+        assert lay.zero_offset is None and lay.used_bytes <= lay.block_bytes // 2
+
+
+def test_statistics_against_numpy(gen):
+    """Offsets are the means past / at position 0; gains are (E[q^2] / Var[x]) ** (1/4), scaled
+    so the coded vector keeps the variance; value gains use the output projection's columns."""
+    b, hk, group, t, d = 3, 2, 3, 40, 8
+    q = randn(gen, b, hk * group, t, d) * torch.linspace(0.2, 3.0, d)
+    k = randn(gen, b, hk, t, d) * torch.linspace(2.0, 0.5, d) + 5.0
+    v = randn(gen, b, hk, t, d) + torch.arange(d)
+    w = randn(gen, 16, hk * group * d)
+    stats = CalibrationStats()
+    stats.add(0, q[:2], k[:2], v[:2])
+    stats.add(0, q[2:], k[2:], v[2:])
+    lay = stats.finish(1, [w]).layer(0)
+    x = k.double()
+    for h in range(hk):
+        rest = x[:, h, 1:].reshape(-1, d)
+        var = rest.var(0, unbiased=False)
+        qq = q.double()[:, h * group : (h + 1) * group].reshape(-1, d).square().mean(0)
+        var_r, qq_r = var + 1e-3 * var.mean(), qq + 1e-3 * qq.mean()
+        gain = (qq_r / var_r) ** 0.25
+        gain *= ((var_r.sum()) / (gain**2 * var_r).sum()).sqrt()
+        torch.testing.assert_close(lay.key_offset[h].double(), rest.mean(0), rtol=1e-3, atol=1e-3)
+        torch.testing.assert_close(lay.key_first_offset[h].double(), x[:, h, 0].mean(0), rtol=1e-3, atol=1e-3)
+        torch.testing.assert_close(lay.key_gain[h].double(), gain, rtol=2e-3, atol=0)
+        vrest = v.double()[:, h, 1:].reshape(-1, d)
+        vvar = vrest.var(0, unbiased=False)
+        g = w.double().view(16, hk, group, d)[:, h].square().sum((0, 1))
+        vvar_r, g_r = vvar + 1e-3 * vvar.mean(), g + 1e-3 * g.mean()
+        vgain = (g_r / vvar_r) ** 0.25
+        vgain *= (vvar_r.sum() / (vgain**2 * vvar_r).sum()).sqrt()
+        torch.testing.assert_close(lay.value_offset[h].double(), vrest.mean(0), rtol=1e-3, atol=1e-3)
+        torch.testing.assert_close(lay.value_gain[h].double(), vgain, rtol=2e-3, atol=0)
+    for f in ("key_offset", "key_gain", "value_first_offset"):
+        t_ = getattr(lay, f)
+        assert torch.equal(t_, t_.half().float()), f"{f} is not fp16-exact"
+    assert stats.finish(1, None).layer(0).value_gain.eq(1).all()
+
+
+def test_identity_calibration_is_vllms_key_code(gen):
+    """With zero offsets and unit gains, tq_k4v4 codes keys exactly as turboquant_4bit_nc does
+    and values with that same Lloyd-Max code."""
+    n, hk, d = 37, 2, 64
+    key, value = randn(gen, n, hk, d), randn(gen, n, hk, d, scale=2.0)
+    cal = layer_cal(gen, hk, d, identity=True)
+    mine = tq_core.encode_fields(key, value, "tq_k4v4", cal, torch.zeros(n, dtype=torch.bool))
+    ref_k = tq_core.encode_fields(key, key, "turboquant_4bit_nc")
+    ref_v = tq_core.encode_fields(value, value, "turboquant_4bit_nc")
+    assert torch.equal(mine.key_codes, ref_k.key_codes) and torch.equal(mine.key_norm, ref_k.key_norm)
+    assert torch.equal(mine.value_codes, ref_v.key_codes) and torch.equal(mine.value_scale, ref_v.key_norm)
+    assert mine.value_zero is None
+
+
+@pytest.mark.parametrize("name", CAL_NAMES)
+def test_offsets_are_exact_and_position_zero_has_its_own(name, gen):
+    """A key or value equal to its offset codes as the zero vector and decodes exactly;
+    position 0 is coded against the first-position offsets, through the paged cache."""
+    hk, d, bs = 2, 64, 16
+    cal = layer_cal(gen, hk, d)
+    seq_lens = [20, 35]
+    nb, table, slots = block_tables(gen, seq_lens, bs, spare_blocks=2, unused="garbage")
+    pos = positions_of(seq_lens)
+    first = (pos == 0)[:, None, None]
+    key = torch.where(first, cal.key_first_offset, cal.key_offset).expand(len(pos), hk, d).clone()
+    value = torch.where(first, cal.value_first_offset, cal.value_offset).expand(len(pos), hk, d).clone()
+    slot = tq_core.get_preset(name).layout(d).slot_size_aligned
+    cache = torch.randint(0, 256, (nb, bs, hk, slot), generator=gen, dtype=torch.uint8)
+    tq_core.store(key, value, cache, slots, name, calibration=cal, positions=pos)
+    t0 = 0
+    for r, s in enumerate(seq_lens):
+        k, v = tq_core.gather_kv(cache, table[r], s, name, calibration=cal)
+        assert torch.equal(k, key[t0 : t0 + s]) and torch.equal(v, value[t0 : t0 + s])
+        coded_k, _ = tq_core.gather_kv(cache, table[r], s, name)
+        assert coded_k.abs().max() == 0  # no calibration: the coded vectors, all zero here
+        t0 += s
+
+
+@pytest.mark.parametrize("name", CAL_NAMES)
+def test_error_is_the_code_error_of_the_coded_vector(name, gen):
+    """Decoded keys / values differ from the originals by the Lloyd-Max error of the coded
+    vector ``gain * (x - offset)``, mapped back: a large shared offset costs nothing, where
+    vLLM's preset of the same key bits loses precision to it."""
+    n, hk, d = 400, 2, 64
+    cal = layer_cal(gen, hk, d)
+    pos = torch.arange(n) % 50
+    first = (pos == 0)[:, None, None]
+    noise_k, noise_v = randn(gen, n, hk, d, scale=0.3), randn(gen, n, hk, d, scale=0.3)
+    key = torch.where(first, cal.key_first_offset, cal.key_offset) + noise_k / cal.key_gain
+    value = torch.where(first, cal.value_first_offset, cal.value_offset) + noise_v / cal.value_gain
+    slots = tq_core.encode_kv(key, value, name, cal, pos)
+    k, v = tq_core.decode_kv(slots, name, d, cal, pos)
+    p = tq_core.get_preset(name)
+    # the unit-vector distortion of the codebooks (Gaussian source), times |coded|^2
+    cases = ((k, key, noise_k, p.key_bits, cal.key_gain), (v, value, noise_v, p.value_bits, cal.value_gain))
+    for got, want, noise, bits, gain in cases:
+        err = ((got - want) * gain).square().sum() / noise.square().sum()
+        expect = tq_core.get_codebook(bits, "gaussian").distortion
+        assert 0.6 * expect < err < 1.4 * expect, (bits, float(err), expect)
+    base = tq_core.decode_kv(tq_core.encode_kv(key, value, "turboquant_4bit_nc"), "turboquant_4bit_nc", d)[0]
+    assert (base - key).square().sum() > 10 * (k - key).square().sum()
+
+
+@pytest.mark.parametrize("name", CAL_NAMES)
+@pytest.mark.parametrize("d", [64, 128])
+def test_attention_over_calibrated_cache(name, d, gen):
+    """Reference attention over a calibrated cache equals float64 softmax attention over the
+    keys and values it decodes to (so a kernel may score q / gain against the coded keys),
+    and is close to attention over the original keys and values."""
+    hk, group, bs = 2, 3, 16
+    seq_lens, q_lens = [1, 17, 40], [1, 5, 3]
+    cal = layer_cal(gen, hk, d)
+    nb, table, slots = block_tables(gen, seq_lens, bs, spare_blocks=2, unused="garbage")
+    pos = positions_of(seq_lens)
+    first = (pos == 0)[:, None, None]
+    key = torch.where(first, cal.key_first_offset, cal.key_offset) + randn(gen, len(pos), hk, d) / cal.key_gain
+    value = torch.where(first, cal.value_first_offset, cal.value_offset) + randn(gen, len(pos), hk, d) / cal.value_gain
+    query = randn(gen, sum(q_lens), hk * group, d)
+    slot = tq_core.get_preset(name).layout(d).slot_size_aligned
+    cache = torch.randint(0, 256, (nb, bs, hk, slot), generator=gen, dtype=torch.uint8)
+    tq_core.store(key, value, cache, slots, name, calibration=cal, positions=pos)
+    qsl = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
+    sl = torch.tensor(seq_lens, dtype=torch.int32)
+    scale = d**-0.5
+    out = tq_core.attention(query, cache, table, sl, qsl, name, scale, calibration=cal)
+    dec = [tq_core.gather_kv(cache, table[r], s, name, calibration=cal) for r, s in enumerate(seq_lens)]
+    k_hat, v_hat = torch.cat([x[0] for x in dec]), torch.cat([x[1] for x in dec])
+    torch.testing.assert_close(
+        out.double(), dense_attention(query, k_hat, v_hat, seq_lens, q_lens, scale), rtol=1e-5, atol=1e-5
+    )
+    exact = dense_attention(query, key, value, seq_lens, q_lens, scale)
+    rel = (out.double() - exact).norm() / exact.norm()
+    # the value code's relative error is sqrt(distortion): 0.19 at 3 bits, 0.10 at 4 (measured 0.09-0.16)
+    bound = 1.7 * math.sqrt(tq_core.get_codebook(tq_core.get_preset(name).value_bits, "gaussian").distortion)
+    assert rel < bound, (float(rel), bound)
+
+
+def test_store_and_attention_arguments(gen):
+    hk, d = 2, 64
+    cal = layer_cal(gen, hk, d)
+    key = value = torch.zeros(3, hk, d)
+    cache = torch.zeros(2, 16, hk, tq_core.get_preset("tq_k4v3").layout(d).slot_size_aligned, dtype=torch.uint8)
+    slots = torch.tensor([0, 1, 2])
+    pos = torch.tensor([0, 1, 2])
+    with pytest.raises(tq_core.PresetError, match="calibrated format: pass calibration"):
+        tq_core.store(key, value, cache, slots, "tq_k4v3")
+    with pytest.raises(tq_core.PresetError, match="pass positions"):
+        tq_core.store(key, value, cache, slots, "tq_k4v3", calibration=cal)
+    with pytest.raises(tq_core.ShapeError, match="positions"):
+        tq_core.store(key, value, cache, slots, "tq_k4v3", calibration=cal, positions=pos[:2])
+    with pytest.raises(tq_core.RangeError, match="negative"):
+        tq_core.store(key, value, cache, slots, "tq_k4v3", calibration=cal, positions=pos - 1)
+    with pytest.raises(tq_core.ShapeError, match="made for 3 kv heads of head_dim 64, the cache has 2"):
+        tq_core.store(key, value, cache, slots, "tq_k4v3", calibration=layer_cal(gen, 3, d), positions=pos)
+    with pytest.raises(tq_core.PresetError, match="not a calibrated format"):
+        vcache = torch.zeros(2, 16, hk, tq_core.get_preset("turboquant_k3v4_nc").layout(d).slot_size_aligned)
+        tq_core.store(key, value, vcache.to(torch.uint8), slots, "turboquant_k3v4_nc", calibration=cal)
+    q = torch.zeros(1, 4, d)
+    one = torch.ones(1, dtype=torch.int32)
+    with pytest.raises(tq_core.PresetError, match="calibrated format"):
+        tq_core.attention(q, cache, torch.zeros(1, 1, dtype=torch.int32), one, torch.tensor([0, 1]), "tq_k4v3", 0.1)
+    with pytest.raises(tq_core.PresetError, match="LayerCalibration"):
+        tq_core.attention(
+            q, cache, torch.zeros(1, 1, dtype=torch.int32), one, torch.tensor([0, 1]), "tq_k4v3", 0.1, calibration={}
+        )
+
+
+def test_layer_calibration_rejects_bad_tensors():
+    z, one = torch.zeros(2, 8), torch.ones(2, 8)
+    with pytest.raises(CalibrationError, match="NaN"):
+        LayerCalibration(z, z, one, z + math.nan, z, one)
+    with pytest.raises(CalibrationError, match="positive"):
+        LayerCalibration(z, z, one, z, z, -one)
+    with pytest.raises(CalibrationError, match="float32"):
+        LayerCalibration(z.double(), z, one, z, z, one)
+    with pytest.raises(CalibrationError, match="shape"):
+        LayerCalibration(z, z, one, z, torch.zeros(3, 8), one)
+    with pytest.raises(CalibrationError, match="no tokens"):
+        CalibrationStats().finish(2)
+
+
+def test_file_round_trip_and_errors(gen, tmp_path):
+    cal = Calibration(tuple(layer_cal(gen, 2, 64) for _ in range(3)), {"model": "m", "tokens": 10})
+    path = tmp_path / "cal.pt"
+    cal.save(path)
+    back = Calibration.load(path)
+    assert back.meta == cal.meta and back.num_layers == 3
+    for a, b in zip(cal.layers, back.layers, strict=True):
+        assert all(torch.equal(getattr(a, f), getattr(b, f)) for f in ("key_offset", "key_gain", "value_first_offset"))
+    assert cal.state_bytes() == 3 * state_bytes_per_layer(2, 64) == 3 * 6 * 2 * 2 * 64
+    back.check_model(3, 2, 64)
+    with pytest.raises(CalibrationError, match="made for 3 layers x 2 kv heads x head_dim 64"):
+        back.check_model(30, 3, 64)
+    with pytest.raises(CalibrationError, match="does not exist"):
+        Calibration.load(tmp_path / "missing.pt")
+    (tmp_path / "junk.pt").write_bytes(b"not a file")
+    with pytest.raises(CalibrationError, match="not a tq calibration file"):
+        Calibration.load(tmp_path / "junk.pt")
+    torch.save({"format": "tq-calibration", "version": 99, "layers": []}, tmp_path / "v99.pt")
+    with pytest.raises(CalibrationError, match="version 99"):
+        Calibration.load(tmp_path / "v99.pt")
+    with pytest.raises(CalibrationError, match=r"layers 0\.\.2"):
+        back.layer(3)
