@@ -262,19 +262,22 @@ class CalibrationStats:
                 "do not form [B, Hq, T, d] / [B, Hk, T, d]"
             )
         s = self._sums.setdefault(layer, _LayerSums(hk, d))
-        k, v = key.double(), value.double()
+        k, v = key.double(), value.double()  # reduced where they are, summed on the CPU
         rest_k, rest_v = k[:, :, 1:], v[:, :, 1:]
-        s.n += b * (t - 1)
-        s.k += rest_k.sum((0, 2))
-        s.kk += rest_k.square().sum((0, 2))
-        s.v += rest_v.sum((0, 2))
-        s.vv += rest_v.square().sum((0, 2))
-        s.n0 += b
-        s.k0 += k[:, :, 0].sum(0)
-        s.v0 += v[:, :, 0].sum(0)
         q = query.double().reshape(b, hk, hq // hk, t, d)
+        for name, part in (
+            ("k", rest_k.sum((0, 2))),
+            ("kk", rest_k.square().sum((0, 2))),
+            ("v", rest_v.sum((0, 2))),
+            ("vv", rest_v.square().sum((0, 2))),
+            ("k0", k[:, :, 0].sum(0)),
+            ("v0", v[:, :, 0].sum(0)),
+            ("qq", q.square().sum((0, 2, 3))),
+        ):
+            getattr(s, name).add_(part.cpu())
+        s.n += b * (t - 1)
+        s.n0 += b
         s.nq += b * (hq // hk) * t
-        s.qq += q.square().sum((0, 2, 3))
         if layer == 0:
             self.tokens += b * t
 
@@ -298,6 +301,7 @@ class CalibrationStats:
             v_var = (s.vv / s.n - nu * nu).clamp(min=0)
             key_gain = _gain(s.qq / s.nq, k_var)
             w = None if output_weights is None else output_weights[i]
+            w = None if w is None else w.detach().cpu()
             if w is None:
                 value_gain = torch.ones(hk, d, dtype=torch.float64)
             else:
