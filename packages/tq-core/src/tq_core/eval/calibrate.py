@@ -13,6 +13,7 @@ import importlib
 import inspect
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,12 +39,14 @@ def default_calibration_text() -> str:
     """Docstrings of at least 200 characters of the members of a fixed list of
     standard-library modules, each once, in a fixed order."""
     parts: list[str] = []
-    for name in _MODULES:
-        module = importlib.import_module(name)
-        for _, obj in sorted(inspect.getmembers(module), key=lambda m: m[0]):
-            doc = inspect.getdoc(obj)
-            if doc and len(doc) >= _MIN_DOC:
-                parts.append(doc)
+    with warnings.catch_warnings():  # typing's deprecated aliases warn when listed
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for name in _MODULES:
+            module = importlib.import_module(name)
+            for _, obj in sorted(inspect.getmembers(module), key=lambda m: m[0]):
+                doc = inspect.getdoc(obj)
+                if doc and len(doc) >= _MIN_DOC:
+                    parts.append(doc)
     return "\n\n".join(dict.fromkeys(parts))
 
 
