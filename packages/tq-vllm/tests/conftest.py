@@ -7,11 +7,12 @@ machines need no vLLM for the planner and ops tests).
 
 ``TQ_TEST_QUICK=1`` (the ``tests-vllm`` nox session; ``tests-vllm-full`` runs everything):
 of the end-to-end tests (test_e2e_vllm.py, one vLLM engine run of about a minute per
-configuration) only :data:`QUICK_E2E` for :data:`QUICK_E2E_PRESET` run, two engine runs,
-plain and ngram speculative decoding; of the other parametrised tests, per test function, a
-cover of its cases: each value of each ``parametrize`` (a row, where one ``parametrize``
-names several arguments) and of each parametrised fixture in at least one kept case, not
-their product. The rest are deselected; other tests always run.
+configuration) only :data:`QUICK_E2E` for :data:`QUICK_E2E_PRESET` (two engine runs, plain
+and ngram speculative decoding) and :data:`QUICK_E2E_ALWAYS` (tq_k4v3, two more) run; of
+the other parametrised tests, per test function, a cover of its cases: each value of each
+``parametrize`` (a row, where one ``parametrize`` names several arguments) and of each
+parametrised fixture in at least one kept case, not their product. The rest are
+deselected; other tests always run.
 """
 
 from __future__ import annotations
@@ -52,12 +53,17 @@ E2E_MODULE = "test_e2e_vllm.py"
 # disable switch run in tests-vllm-full
 QUICK_E2E = ("test_speculative_decoding_is_lossless", "test_backend_really_ran")
 QUICK_E2E_PRESET = "turboquant_k3v4_nc"
+# and tq's calibrated format through vLLM's additional config (two engine runs)
+QUICK_E2E_ALWAYS = ("test_calibrated_format_through_additional_config",)
 
 
 def _quick_e2e(item: pytest.Item) -> bool:
+    name = getattr(item, "originalname", item.name)
+    if name in QUICK_E2E_ALWAYS:
+        return True
     params = getattr(item, "callspec", None)
     preset = params.params.get("preset") if params is not None else None
-    return getattr(item, "originalname", item.name) in QUICK_E2E and preset == QUICK_E2E_PRESET
+    return name in QUICK_E2E and preset == QUICK_E2E_PRESET
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

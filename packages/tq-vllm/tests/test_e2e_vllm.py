@@ -77,8 +77,16 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> str:
 _cache: dict[tuple, dict] = {}
 
 
-def run_vllm(model: str, kv_cache_dtype: str, *, spec: bool = False, env: dict[str, str] | None = None) -> dict:
-    key = (model, kv_cache_dtype, spec, tuple(sorted((env or {}).items())))
+def run_vllm(
+    model: str,
+    kv_cache_dtype: str,
+    *,
+    spec: bool = False,
+    env: dict[str, str] | None = None,
+    additional_config: dict | None = None,
+) -> dict:
+    extra = json.dumps(additional_config, sort_keys=True) if additional_config else ""
+    key = (model, kv_cache_dtype, spec, tuple(sorted((env or {}).items())), extra)
     if key not in _cache:
         cfg = {
             "model": model,
@@ -89,6 +97,8 @@ def run_vllm(model: str, kv_cache_dtype: str, *, spec: bool = False, env: dict[s
         }
         if spec:
             cfg["ngram"] = NGRAM
+        if additional_config:
+            cfg["additional_config"] = additional_config
         proc = subprocess.run(
             [sys.executable, str(HERE / "tqv_e2e_run.py"), json.dumps(cfg)],
             env={**os.environ, **(env or {})},
@@ -203,3 +213,52 @@ def test_disable_switch_falls_back_to_vllm(model):
     check_generated(off)
     assert off["stats"]["counts"] == {}
     assert off["decode_check"]["rows"] == {"verify": 0, "decode": 0}  # tq's backend never ran
+
+
+@pytest.fixture(scope="module")
+def calibration_file(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A calibration for the tiny model (6 layers, 2 kv heads, head_dim 64): random offsets,
+    far-off ones for position 0 (as an attention sink's), and gains in [0.5, 2], fp16-exact,
+    so every part of the coding map is exercised."""
+    import torch
+
+    from tq_core import Calibration, LayerCalibration
+
+    gen = torch.Generator().manual_seed(7)
+
+    def vec(scale: float = 0.5) -> torch.Tensor:
+        return (scale * torch.randn(2, 64, generator=gen)).half().float()
+
+    def gain() -> torch.Tensor:
+        return (2.0 ** (2 * torch.rand(2, 64, generator=gen) - 1)).half().float()
+
+    layers = tuple(LayerCalibration(vec(), vec(2.0), gain(), vec(), vec(2.0), gain()) for _ in range(6))
+    path = tmp_path_factory.mktemp("calibration") / "tiny.cal"
+    Calibration(layers, {"model": "tiny random llama"}).save(path)
+    return str(path)
+
+
+def test_calibrated_format_through_additional_config(model, calibration_file):
+    """`--kv-cache-dtype turboquant_k3v4_nc --additional-config '{"tq_format": "tq_k4v3",
+    "tq_calibration": FILE}'`: vLLM allocates tq_k4v3's 60-byte slots, every stored token
+    reads back within the code's error when decoded with the position vLLM's metadata gives
+    it, decode and verify rows match the float64 reference over the calibrated cache, and
+    n-gram speculation stays lossless."""
+    from tq_core import get_preset
+    from tq_vllm.calibrated import CARRIER
+
+    cfg = {"tq_format": "tq_k4v3", "tq_calibration": calibration_file}
+    plain = run_vllm(model, CARRIER["tq_k4v3"], additional_config=cfg)
+    spec = run_vllm(model, CARRIER["tq_k4v3"], spec=True, additional_config=cfg)
+    for r in (plain, spec):
+        check_generated(r)
+        check_attention(r, "decode")
+        sc = r["store_check"]
+        print(f"store check {sc}")
+        assert sc["slot_bytes"] == [get_preset("tq_k4v3").layout(64).slot_size_aligned] == [60]
+        assert sc["tokens"] >= sum(len(p) for p in PROMPTS) - 64
+        # relative code error of one token: about 0.1 at 4 bits (keys), 0.19 at 3 (values)
+        assert sc["max_err"]["key"] < 0.35 and sc["max_err"]["value"] < 0.6
+        assert r["stats"]["layers"]["store"] == TQ_LAYER_NAMES
+    check_attention(spec, "verify")
+    compare_greedy(plain, spec)

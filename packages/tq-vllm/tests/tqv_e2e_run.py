@@ -72,13 +72,14 @@ class DecodeCheck:
         def checked_forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None, **kw):
             out = forward(self, layer, query, key, value, kv_cache, attn_metadata, output, **kw)
             if attn_metadata is not None and kv_cache.numel() > 0:
-                check.check(self, query, kv_cache, attn_metadata, out)
+                check.check(self, query, kv_cache, attn_metadata, out, layer)
             return out
 
         backend.TQMetadataBuilder.build = checked_build
         backend.TQAttentionImpl.forward = checked_forward
+        store_check.install()
 
-    def check(self, impl, query, kv_cache, md, out) -> None:
+    def check(self, impl, query, kv_cache, md, out, layer=None) -> None:
         from tq_core.contract import gather_kv
         from tq_core.testing import attention_error, dense_attention
         from tq_vllm.ops import tq_cache_view
@@ -94,7 +95,8 @@ class DecodeCheck:
             q0, q1 = qsl[r], qsl[r + 1]
             if prefilling[r] or q1 == q0:
                 continue
-            k, v = gather_kv(cache, md.block_table[r], seq_len, impl.preset, impl.head_size)  # [S, Hk, d]
+            cal = impl.calibration_for(layer, cache.device)  # None unless a calibrated format
+            k, v = gather_kv(cache, md.block_table[r], seq_len, impl.preset, impl.head_size, calibration=cal)
             # row i sees the first seq_len - q_len + i + 1 tokens (its own included)
             ref = dense_attention(q_all[q0:q1], k, v, [seq_len], [q1 - q0], impl.scale)
             v_scale = float(v.abs().max())
@@ -110,6 +112,83 @@ class DecodeCheck:
         return {"rows": self.rows, "max_err": self.max_err, "worst": self.worst}
 
 
+class StoreCheck:
+    """For a calibrated format: every stored token read back from tq's cache, decoded with
+    the position vLLM's batch metadata gives it (computed here, not by tq's backend), must
+    match the key and value that were stored: ``|c(x_hat) - c(x)| / |c(x)|`` with ``c`` the
+    layer's coding map (``gain * (x - offset_p)``) is the Lloyd-Max code's relative error
+    (about 0.1 at 4 bits, 0.19 at 3); a token coded against the wrong position's offsets
+    is off by the offsets' difference. The layer's calibration is read here from the file
+    and the layer's name, not taken from tq's backend. Also records the slot size vLLM
+    allocated."""
+
+    def __init__(self) -> None:
+        self.calibration_path: str | None = None
+        self.tokens = 0
+        self.max_err = {"key": 0.0, "value": 0.0}
+        self.slot_bytes: set[int] = set()
+
+    def install(self) -> None:
+        from tq_vllm import backend
+
+        update = backend.TQAttentionImpl.do_kv_cache_update
+        check = self
+
+        def checked_update(self, layer, key, value, kv_cache, slot_mapping):
+            update(self, layer, key, value, kv_cache, slot_mapping)
+            if kv_cache.numel() > 0:
+                check.slot_bytes.add(int(kv_cache.shape[-1]))
+                if self.choice is not None:
+                    check.check(self, layer, key, value, kv_cache, slot_mapping)
+
+        backend.TQAttentionImpl.do_kv_cache_update = checked_update
+
+    def check(self, impl, layer, key, value, kv_cache, slot_mapping) -> None:
+        import torch
+        from vllm.forward_context import get_forward_context
+
+        from tq_core import decode_fields
+        from tq_core.paged import block_fields, read_fields
+        from tq_vllm.ops import tq_cache_view
+
+        md = get_forward_context().attn_metadata
+        md = md[layer.layer_name] if isinstance(md, dict) else md
+        qsl, seq_lens, _ = md.tqv_requests
+        pos = []
+        for r, s in enumerate(seq_lens):
+            q_len = qsl[r + 1] - qsl[r]
+            pos += [s - q_len + j for j in range(q_len)]
+        n = len(pos)
+        slots = slot_mapping[:n].long()
+        keep = slots >= 0
+        cache = tq_cache_view(kv_cache)
+        bs = cache.shape[1]
+        lay = impl.preset.block_layout(impl.head_size, bs, cache.shape[2])
+        fields = read_fields(block_fields(cache, lay), slots[keep] // bs, slots[keep] % bs)
+        import re
+
+        from tq_core import Calibration
+
+        index = int(re.search(r"layers\.(\d+)\.", layer.layer_name).group(1))
+        cal = Calibration.load(self.calibration_path).layer(index).to(key.device)  # one rank: every head
+        first = torch.tensor(pos, device=key.device)[keep] == 0
+        k_hat, v_hat = decode_fields(fields, impl.preset, impl.head_size, calibration=cal, first=first)
+        k = key[:n][keep].float()
+        v = value[:n][keep].float()
+        for name, x, x_hat in (("key", k, k_hat), ("value", v, v_hat)):
+            off = cal._pick(name, first)
+            gain = getattr(cal, f"{name}_gain")
+            err = ((x_hat - x) * gain).norm(dim=-1) / ((x - off) * gain).norm(dim=-1).clamp(min=1e-6)
+            self.max_err[name] = max(self.max_err[name], float(err.max()))
+        self.tokens += int(keep.sum())
+
+    def result(self) -> dict:
+        return {"tokens": self.tokens, "max_err": self.max_err, "slot_bytes": sorted(self.slot_bytes)}
+
+
+store_check = StoreCheck()
+
+
 def main() -> None:
     cfg = json.loads(sys.argv[1])
     t0 = time.perf_counter()
@@ -122,6 +201,9 @@ def main() -> None:
     kwargs = {}
     if cfg.get("ngram"):
         kwargs["speculative_config"] = {"method": "ngram", **cfg["ngram"]}
+    if cfg.get("additional_config"):
+        kwargs["additional_config"] = cfg["additional_config"]
+        store_check.calibration_path = cfg["additional_config"].get("tq_calibration")
     llm = LLM(
         model=cfg["model"],
         skip_tokenizer_init=True,
@@ -147,6 +229,7 @@ def main() -> None:
         "top2_gaps": [top2_gaps(o.outputs[0]) for o in outs],
         "stats": tq_vllm.stats(),
         "decode_check": None if check is None else check.result(),
+        "store_check": store_check.result(),
         "startup_s": t1 - t0,
         "generate_s": t2 - t1,
     }

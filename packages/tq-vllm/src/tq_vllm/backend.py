@@ -27,14 +27,58 @@ from vllm.v1.attention.backend import (
 )
 from vllm.v1.kv_cache_interface import AttentionSpec, KVCacheLayout
 
-from tq_core import PRESETS, SUPPORTED_HEAD_DIMS, DtypeError, Preset, PresetError, get_preset
+from tq_core import (
+    PRESETS,
+    SUPPORTED_HEAD_DIMS,
+    BackendUnavailableError,
+    DtypeError,
+    LayerCalibration,
+    Preset,
+    PresetError,
+    get_preset,
+)
 from tq_core.contract import Backend, check_host_metadata
 
 from . import _env, _stats
+from .calibrated import FormatChoice, format_choice, layer_calibration, token_positions
 from .ops import LayerStep, query_len_limit, run_batch, select_kernels, tq_cache_view, triton_query_len_limit
 from .plan import BatchPlan, plan_batch
 
 KV_CACHE_DTYPES = tuple(PRESETS)
+
+# the calibrated format of this process's vLLM config, as last seen (customize_spec may run
+# where vLLM's current config is not set)
+_seen_choice: list[FormatChoice | None] = [None]
+
+
+def current_choice(vllm_config: VllmConfig | None = None) -> FormatChoice | None:
+    """The calibrated format named in vLLM's additional config (tq_vllm.calibrated), if any."""
+    if vllm_config is None:
+        from vllm.config import get_current_vllm_config_or_none
+
+        vllm_config = get_current_vllm_config_or_none()
+    if vllm_config is None:
+        return _seen_choice[0]
+    choice = format_choice(getattr(vllm_config, "additional_config", None))
+    _seen_choice[0] = choice
+    return choice
+
+
+def _check_choice_backend(choice: FormatChoice | None, backend: Backend) -> None:
+    if choice is not None and backend.name != "core":
+        raise BackendUnavailableError(
+            f"tq-vllm: the calibrated format {choice.preset.name} runs on tq-core's reference ops only: "
+            "vLLM's CPU build, or TQ_VLLM_IMPL=core"
+        )
+
+
+def _tp_rank_size() -> tuple[int, int]:
+    try:
+        from vllm.distributed import get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size
+
+        return get_tensor_model_parallel_rank(), get_tensor_model_parallel_world_size()
+    except (ImportError, AssertionError, RuntimeError):  # no process group: one rank
+        return 0, 1
 
 
 def _max_decode_query_len(vllm_config: VllmConfig) -> int:
@@ -95,7 +139,12 @@ class TQAttentionBackend(AttentionBackend):
         """One packed slot per (token, kv head): vLLM's slot size, so memory accounting holds."""
         if spec.state_content_bytes is not None or not spec.kv_quant_mode.is_turboquant:
             return spec
-        preset = get_preset(spec.kv_quant_mode.name.lower())
+        dtype = spec.kv_quant_mode.name.lower()
+        preset = get_preset(dtype)
+        choice = current_choice()
+        if choice is not None:  # a calibrated format: its own (smaller) slot, in vLLM's accounting too
+            choice.check_carrier(dtype, spec.head_size)
+            preset = choice.preset
         return replace(spec, state_content_bytes=preset.layout(spec.head_size).slot_size_aligned)
 
     @classmethod
@@ -141,6 +190,7 @@ class TQMetadata(AttentionMetadata):
     block_table: torch.Tensor
     slot_mapping: torch.Tensor
     plan: BatchPlan
+    positions: torch.Tensor | None = None  # each query row's position; calibrated formats only
 
 
 class TQMetadataBuilder(AttentionMetadataBuilder[TQMetadata]):
@@ -169,6 +219,8 @@ class TQMetadataBuilder(AttentionMetadataBuilder[TQMetadata]):
         # verify requests (q_len = 1 + num_speculative_tokens) are decodes for us
         self._init_reorder_batch_threshold(1, supports_spec_as_decode=True)
         self.backend: Backend = select_kernels(device)
+        self.choice = current_choice(vllm_config)
+        _check_choice_backend(self.choice, self.backend)
         model_config = vllm_config.model_config
         dtype = getattr(model_config, "dtype", None)
         if dtype is not None and dtype not in TQAttentionBackend.supported_dtypes:
@@ -209,6 +261,10 @@ class TQMetadataBuilder(AttentionMetadataBuilder[TQMetadata]):
             _stats.note_max("decode_q_len", plan.decode.max_request_q_len)
         _stats.bump("chunk_reqs", len(plan.chunks))
         _stats.bump("chunk_reqs_with_context", sum(1 for c in plan.chunks if c.context_len > 0))
+        positions = None
+        if self.choice is not None:  # tq-core only (never graph-captured): host metadata is fine
+            host_lens = seq_lens_cpu if seq_lens_cpu is not None else cam.seq_lens[: cam.num_reqs].cpu()
+            positions = token_positions(cam.query_start_loc_cpu, host_lens, cam.num_reqs).to(cam.slot_mapping.device)
         return TQMetadata(
             num_actual_tokens=cam.num_actual_tokens,
             num_reqs=cam.num_reqs,
@@ -216,6 +272,7 @@ class TQMetadataBuilder(AttentionMetadataBuilder[TQMetadata]):
             block_table=cam.block_table_tensor,
             slot_mapping=cam.slot_mapping,
             plan=plan,
+            positions=positions,
         )
 
 
@@ -244,7 +301,12 @@ class TQAttentionImpl(AttentionImpl[TQMetadata]):
                 f"{list(KV_CACHE_DTYPES)}"
             )
         self.preset: Preset = get_preset(kv_cache_dtype)
+        self.choice = current_choice()
+        if self.choice is not None:
+            self.choice.check_carrier(kv_cache_dtype, head_size)
+            self.preset = self.choice.preset
         self.preset.check_head_dim(head_size, "head_size")
+        self._layer_cals: dict[tuple[str | None, str], LayerCalibration] = {}
         unsupported = {
             "ALiBi": alibi_slopes is not None,
             "sliding window": sliding_window is not None,
@@ -277,7 +339,21 @@ class TQAttentionImpl(AttentionImpl[TQMetadata]):
         b = self._backends.get(device.type)
         if b is None:
             b = self._backends[device.type] = select_kernels(device)
+            _check_choice_backend(self.choice, b)
         return b
+
+    def calibration_for(self, layer: Any, device: torch.device) -> LayerCalibration | None:
+        """This layer's calibration (its kv heads on this rank), for a calibrated format."""
+        if self.choice is None:
+            return None
+        name = getattr(layer, "layer_name", None)
+        key = (name, str(device))
+        cal = self._layer_cals.get(key)
+        if cal is None:
+            rank, size = _tp_rank_size()
+            cal = layer_calibration(self.choice.calibration, name, self.num_kv_heads, rank, size, device)
+            self._layer_cals[key] = cal
+        return cal
 
     def do_kv_cache_update(
         self,
@@ -293,10 +369,29 @@ class TQAttentionImpl(AttentionImpl[TQMetadata]):
             return
         store = self._backend_for(key.device).store
         assert store is not None  # select_kernels asks for a backend with a store
-        store(key[:n], value[:n], tq_cache_view(kv_cache), slot_mapping, self.preset)
+        extra: dict[str, Any] = {}
+        cal = self.calibration_for(layer, key.device)
+        if cal is not None:
+            extra = {"calibration": cal, "positions": self._positions(layer, n, key.device)}
+        store(key[:n], value[:n], tq_cache_view(kv_cache), slot_mapping, self.preset, **extra)
         _stats.bump("store_calls")
         _stats.bump("stored_tokens", n)
         _stats.note_layer("store", getattr(layer, "layer_name", None))
+
+    @staticmethod
+    def _positions(layer: Any, n: int, device: torch.device) -> torch.Tensor:
+        """The positions of the step's first ``n`` tokens (padding rows: 0, never stored)."""
+        from vllm.forward_context import get_forward_context
+
+        md = get_forward_context().attn_metadata
+        if isinstance(md, dict):
+            md = md[layer.layer_name]
+        pos = getattr(md, "positions", None)
+        if pos is None:
+            raise PresetError("tq-vllm: a calibrated format needs the batch's positions (TQMetadata.positions)")
+        if pos.shape[0] < n:
+            pos = torch.cat([pos, pos.new_zeros(n - pos.shape[0])])
+        return pos[:n].to(device)
 
     def forward(
         self,
@@ -326,6 +421,7 @@ class TQAttentionImpl(AttentionImpl[TQMetadata]):
             preset=self.preset,
             scale=self.scale,
             output=output.view(-1, self.num_heads, self.head_size),
+            calibration=self.calibration_for(layer, query.device),
         )
         run_batch(self._backend_for(query.device), plan, step)
         name = getattr(layer, "layer_name", None)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from tq_core import BackendUnavailableError, Preset
+from tq_core import BackendUnavailableError, LayerCalibration, Preset
 from tq_core.contract import Backend, debug_enabled, gather_kv, load_backend, select_backend
 
 from . import _env
@@ -96,7 +96,8 @@ class LayerStep:
 
     ``query``/``output`` ``[num_tokens, Hq, d]``; ``key``/``value`` ``[num_tokens, Hk, d]``
     (the step's new, un-quantized K/V; needed only for prompt chunks); ``kv_cache`` in
-    tq's view (see :func:`tq_cache_view`); ``block_table`` vLLM's, one row per request.
+    tq's view (see :func:`tq_cache_view`); ``block_table`` vLLM's, one row per request;
+    ``calibration`` the layer's, for a calibrated format (tq_vllm.calibrated).
     """
 
     query: torch.Tensor
@@ -107,11 +108,14 @@ class LayerStep:
     preset: Preset
     scale: float
     output: torch.Tensor
+    calibration: LayerCalibration | None = None
 
 
 def run_decode(backend: Backend, plan: DecodePlan, step: LayerStep) -> None:
     """One ``attention`` call for every decode/verify request of the batch."""
-    kw = {"max_query_len": plan.max_q_len} if backend.takes_max_query_len else {}
+    kw: dict = {"max_query_len": plan.max_q_len} if backend.takes_max_query_len else {}
+    if step.calibration is not None:
+        kw["calibration"] = step.calibration
     query, output = step.query, step.output
     if plan.token_index is None:
         n = plan.num_tokens
@@ -148,7 +152,13 @@ def run_chunk(chunk: ChunkPlan, step: LayerStep) -> None:
     k, v = step.key[a:b].to(cdt), step.value[a:b].to(cdt)
     if ctx > 0:
         kp, vp = gather_kv(
-            step.kv_cache, step.block_table[chunk.req], ctx, step.preset, d, check_values=debug_enabled()
+            step.kv_cache,
+            step.block_table[chunk.req],
+            ctx,
+            step.preset,
+            d,
+            check_values=debug_enabled(),
+            calibration=step.calibration,
         )
         k = torch.cat([kp.to(cdt), k])
         v = torch.cat([vp.to(cdt), v])

@@ -12,6 +12,10 @@ reports, per format:
 - attention error vs attention over the same keys and values in bf16: relative L2 over
   all output rows, and the mean and minimum cosine similarity of output rows.
 
+tq's calibrated formats (tq_k4v3, tq_k4v4) are calibrated first on other draws of the
+same synthetic layer (tq_core.CalibrationStats) and run on tq_core's reference ops;
+their key MSE is that of the decoded key, with no codebook figure beside it.
+
 The keys have a few high-magnitude channels and per-head offsets
 (tq_core.synthetic.SyntheticKV), the case that makes plain per-channel quantization
 fail. The store and attention of the installed backend that ranks highest for the
@@ -32,13 +36,14 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ..__about__ import __version__
+from ..calibration import CalibrationStats, LayerCalibration
 from ..codebooks import distortion
 from ..codec import FP8_E4M3_MAX
-from ..contract import select_backend
+from ..contract import core_backend, select_backend
 from ..errors import BackendUnavailableError, TQError
 from ..kv import decode_kv
 from ..paged import to_vllm_cache
-from ..presets import PRESETS, get_preset
+from ..presets import CALIBRATED_PRESETS, PRESETS, get_preset
 from ..synthetic import SyntheticKV
 from ..testing import block_tables
 from . import UsageError
@@ -171,8 +176,11 @@ def run_demo(
     presets: list[str] | None = None,
     progress=None,
 ) -> dict:
-    presets = list(PRESETS) if presets is None else [get_preset(p).name for p in presets]
+    presets = [*PRESETS, *CALIBRATED_PRESETS] if presets is None else [get_preset(p).name for p in presets]
     impl_name, store, attention = pick_implementation(device)
+    cal: LayerCalibration | None = None
+    if any(get_preset(p).calibrated for p in presets):
+        cal = demo_calibration(SyntheticKV(kv_heads, head_dim, seed), q_heads)
     syn = SyntheticKV(kv_heads, head_dim, seed)
     gen = torch.Generator().manual_seed(seed + 1)
     b = make_batch(seq_len, batch, block_size, gen)
@@ -181,6 +189,7 @@ def run_demo(
     scale = 1.0 / math.sqrt(head_dim)
     qsl = torch.tensor([0, *itertools.accumulate(b.q_lens)], dtype=torch.int32)
     seq_lens_t = torch.tensor(b.seq_lens, dtype=torch.int32)
+    positions = torch.cat([torch.arange(s, dtype=torch.int32) for s in b.seq_lens])
 
     def dev(t: torch.Tensor) -> torch.Tensor:
         return t.to(device)
@@ -211,15 +220,22 @@ def run_demo(
         p = get_preset(name)
         slot = p.layout(head_dim).slot_size_aligned
         cache = torch.zeros(b.num_blocks, block_size, kv_heads, slot, dtype=torch.uint8, device=device)
+        do_store, do_attention, extra, pos_arg = store, attention, {}, {}
+        if p.calibrated:  # tq-core's reference ops implement calibrated formats
+            assert cal is not None
+            core = core_backend()
+            do_store, do_attention = core.store, core.attention
+            extra = {"calibration": cal.to(device)}
+            pos_arg = {"positions": dev(positions)}
         t0 = time.perf_counter()
-        store(dev(key), dev(value), cache, dev(b.slot_mapping), p)
-        out = attention(dev(query), cache, dev(b.block_table), dev(seq_lens_t), dev(qsl), p, scale)
+        do_store(dev(key), dev(value), cache, dev(b.slot_mapping), p, **extra, **pos_arg)
+        out = do_attention(dev(query), cache, dev(b.block_table), dev(seq_lens_t), dev(qsl), p, scale, **extra)
         _synchronize(device)
         timings[name] = time.perf_counter() - t0
         # what the cache holds, read back through vLLM's slot format
         slots = to_vllm_cache(cache, p).flatten(0, 1)[dev(b.slot_mapping)]
-        k_hat, v_hat = (t.cpu() for t in decode_kv(slots, p, head_dim))
-        theory = None if p.key_is_fp8 else distortion(p.key_bits)
+        k_hat, v_hat = (t.cpu() for t in decode_kv(slots, p, head_dim, **extra, **pos_arg))
+        theory = None if p.key_is_fp8 or p.calibrated else distortion(p.key_bits)
         rows.append(
             DemoRow(
                 name,
@@ -250,6 +266,16 @@ def run_demo(
         "seconds": timings,
         "rows": [asdict(r) for r in rows],
     }
+
+
+def demo_calibration(syn: SyntheticKV, q_heads: int, rows: int = 8, tokens: int = 256) -> LayerCalibration:
+    """A calibration of the synthetic layer from ``rows`` other draws of ``tokens`` tokens."""
+    stats = CalibrationStats()
+    for _ in range(rows):
+        k, v = syn.kv(tokens)
+        q = syn.query(tokens, q_heads)
+        stats.add(0, q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None])
+    return stats.finish(1).layer(0)
 
 
 def _num(v: float) -> str:
@@ -295,7 +321,7 @@ def check_args(args: argparse.Namespace) -> None:
     """Argument combinations argparse cannot check alone; raises UsageError."""
     if args.q_heads % args.kv_heads:
         raise UsageError(f"--q-heads {args.q_heads} must be a multiple of --kv-heads {args.kv_heads}")
-    for name in args.presets or PRESETS:
+    for name in args.presets or [*PRESETS, *CALIBRATED_PRESETS]:
         try:
             get_preset(name).block_layout(args.head_dim, args.block_size, args.kv_heads)
         except TQError as exc:
@@ -352,9 +378,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--presets",
         nargs="+",
-        choices=sorted(PRESETS),
+        choices=sorted([*PRESETS, *CALIBRATED_PRESETS]),
         metavar="PRESET",
-        help=f"presets to run, from {', '.join(PRESETS)} (default: all four)",
+        help=f"presets to run, from {', '.join([*PRESETS, *CALIBRATED_PRESETS])} (default: all)",
     )
     add_json_option(p, what="the results")
     add_quiet_option(p, help="no progress lines on stderr")
