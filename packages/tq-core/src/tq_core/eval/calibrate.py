@@ -23,9 +23,8 @@ import torch
 
 from ..__about__ import __version__
 from ..calibration import Calibration, CalibrationStats
-from ..errors import RangeError
 from . import cache_attention as ca
-from .text import make_windows
+from .text import make_windows, read_utf8
 
 DEFAULT_CALIBRATION_TEXT = "stdlib docstrings"
 _MODULES = (
@@ -54,13 +53,7 @@ def load_calibration_text(path: str | Path | None) -> tuple[str, str]:
     """``(text, label)`` of a UTF-8 file, or of :func:`default_calibration_text`."""
     if path is None:
         return default_calibration_text(), f"{DEFAULT_CALIBRATION_TEXT} (Python {sys.version.split()[0]})"
-    p = Path(path)
-    try:
-        return p.read_text(encoding="utf-8"), str(p)
-    except FileNotFoundError:
-        raise RangeError(f"calibration text {str(p)!r} does not exist") from None
-    except UnicodeDecodeError as exc:
-        raise RangeError(f"calibration text {str(p)!r} is not UTF-8: {exc}") from None
+    return read_utf8(path, "calibration text"), str(path)
 
 
 @dataclass

@@ -23,13 +23,18 @@ def load_text(path: str | Path | None) -> tuple[str, str]:
     """``(text, label)`` of a UTF-8 file, or of :func:`default_text` when ``path`` is None."""
     if path is None:
         return default_text(), DEFAULT_TEXT
+    return read_utf8(path, "text"), str(path)
+
+
+def read_utf8(path: str | Path, what: str) -> str:
+    """The contents of a UTF-8 file; :class:`RangeError` naming ``what`` when it cannot be read."""
     p = Path(path)
     try:
-        return p.read_text(encoding="utf-8"), str(p)
+        return p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise RangeError(f"text {str(p)!r} does not exist") from None
+        raise RangeError(f"{what} {str(p)!r} does not exist") from None
     except UnicodeDecodeError as exc:
-        raise RangeError(f"text {str(p)!r} is not UTF-8: {exc}") from None
+        raise RangeError(f"{what} {str(p)!r} is not UTF-8: {exc}") from None
 
 
 @dataclass(frozen=True)
