@@ -39,7 +39,7 @@ def positions_of(seq_lens: list[int]) -> torch.Tensor:
 
 def test_presets_bytes_and_kinds():
     """Spelled out: keys 4-bit Lloyd-Max + fp16 norm; values Lloyd-Max + fp16 norm, no zero point."""
-    for name, (kb, vb) in {"tq_k4v3": (4, 3), "tq_k4v4": (4, 4)}.items():
+    for name, (kb, vb) in {"tq_k4v3": (4, 3), "tq_k4v4": (4, 4), "tq_k6v5": (6, 5)}.items():
         p = tq_core.get_preset(name)
         assert p.calibrated and p.value_kind == "lloyd_max" and p.key_bits == kb and p.value_bits == vb
         for d in (64, 128, 256, 512):

@@ -10,7 +10,7 @@ import torch
 from tqc_helpers import kron_hadamard
 
 from tq_core import distortion, fwht, get_codebook, lloyd_max
-from tq_core.codebooks import BETA_DIMS, BITS
+from tq_core.codebooks import BETA_DIMS, BITS, GAUSSIAN_BITS
 
 # Lloyd-Max centroids for N(0,1), positive half (Max 1960): docs/references.md#lloyd-max-codebooks
 REFERENCE_CENTROIDS = {
@@ -32,8 +32,10 @@ def test_gaussian_centroids_match_reference_to_4_decimals(bits):
     assert [round(c, 4) for c in positive] == REFERENCE_CENTROIDS[bits]
 
 
-@pytest.mark.parametrize("source,d", [("gaussian", None)] + [("beta", d) for d in BETA_DIMS])
-@pytest.mark.parametrize("bits", BITS)
+@pytest.mark.parametrize(
+    "source,d,bits",
+    [("gaussian", None, b) for b in GAUSSIAN_BITS] + [("beta", d, b) for d in BETA_DIMS for b in BITS],
+)
 def test_shipped_codebooks_are_sorted_symmetric(source, d, bits):
     cb = get_codebook(bits, source, d)
     c = np.array(cb.centroids)
@@ -44,7 +46,7 @@ def test_shipped_codebooks_are_sorted_symmetric(source, d, bits):
     assert 4.0**-bits < cb.distortion < math.sqrt(3) * math.pi / 2 * 4.0**-bits
 
 
-@pytest.mark.parametrize("bits", BITS)
+@pytest.mark.parametrize("bits", GAUSSIAN_BITS)
 def test_shipped_gaussian_equals_regenerated(bits):
     new, shipped = lloyd_max(bits, "gaussian"), get_codebook(bits, "gaussian")
     np.testing.assert_allclose(new.centroids, shipped.centroids, rtol=0, atol=1e-6)
@@ -68,7 +70,7 @@ def _Phi(x: float) -> float:
     return 0.5 * (1 + math.erf(x / math.sqrt(2)))
 
 
-@pytest.mark.parametrize("bits", BITS)
+@pytest.mark.parametrize("bits", GAUSSIAN_BITS)
 def test_gaussian_codebook_satisfies_lloyd_max_conditions_closed_form(bits):
     """Each centroid is its cell's conditional mean, E[X | a < X < b] = (phi(a) - phi(b)) / (Phi(b) - Phi(a))."""
     cb = get_codebook(bits, "gaussian")
@@ -124,12 +126,13 @@ def test_hadamard_used_by_monte_carlo_is_the_explicit_one(gen):
     torch.testing.assert_close(fwht(x), x @ kron_hadamard(D).T, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("bits", BITS)
+@pytest.mark.parametrize("bits", GAUSSIAN_BITS)
 def test_distortion_gaussian_monte_carlo(gen, bits):
-    """Gaussian codebook on N(0, 1/d) coordinates reproduces the published distortion within 1%."""
+    """Gaussian codebook on N(0, 1/d) coordinates reproduces the published distortion within 1%
+    (5 and 6 bits: the figure the closed-form test checks)."""
     x = torch.randn(N_VECTORS, D, generator=gen) / math.sqrt(D)
     mse = _monte_carlo_mse(x, list(get_codebook(bits, "gaussian").centroids))
-    ref = REFERENCE_GAUSSIAN[bits]
+    ref = REFERENCE_GAUSSIAN.get(bits, distortion(bits))
     assert abs(mse - ref) / ref < 0.01, (mse, ref)
     assert 4.0**-bits < mse < math.sqrt(3) * math.pi / 2 * 4.0**-bits
 

@@ -427,7 +427,9 @@ def test_codebook_and_bitpack_argument_errors():
     from tq_core.bitpack import pack_codes, unpack_codes
 
     with pytest.raises(ValueError, match="bits"):
-        tq_core.get_codebook(5)
+        tq_core.get_codebook(7)
+    with pytest.raises(ValueError, match="bits"):
+        tq_core.get_codebook(5, "beta", 128)  # beta: 1..4 bits
     with pytest.raises(ValueError, match="d="):
         tq_core.get_codebook(3, "beta", 100)
     with pytest.raises(ValueError, match="source"):

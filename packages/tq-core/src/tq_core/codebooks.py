@@ -30,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-BITS = (1, 2, 3, 4)
+BITS = (1, 2, 3, 4)  # every source; vLLM's presets use the Gaussian ones
+GAUSSIAN_BITS = (*BITS, 5, 6)  # 5 and 6: the values and keys of tq's calibrated tq_k6v5
 BETA_DIMS = (16, 32, 64, 128, 256, 512, 1024)
 
 _GRID_POINTS = 1 << 21
@@ -104,7 +105,7 @@ def lloyd_max(bits: int, source: str = "gaussian", d: int | None = None, tol: fl
 
 def build_table() -> dict:
     table: dict = {"units": "1/sqrt(d)", "gaussian": {}, "beta": {}}
-    for b in BITS:
+    for b in GAUSSIAN_BITS:
         cb = lloyd_max(b, "gaussian")
         table["gaussian"][str(b)] = {"centroids": list(cb.centroids), "distortion": cb.distortion}
     for d in BETA_DIMS:
@@ -123,8 +124,9 @@ def _shipped() -> dict:
 
 def get_codebook(bits: int, source: str = "gaussian", d: int | None = None) -> Codebook:
     """The shipped codebook (``source="beta"`` needs ``d`` in :data:`BETA_DIMS`)."""
-    if bits not in BITS:
-        raise ValueError(f"bits={bits!r}: expected one of {BITS}")
+    allowed = GAUSSIAN_BITS if source == "gaussian" else BITS
+    if bits not in allowed:
+        raise ValueError(f"bits={bits!r}: the shipped {source} codebooks cover {allowed}")
     table = _shipped()
     if source == "gaussian":
         entry = table["gaussian"][str(bits)]
@@ -175,7 +177,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m tq_core.codebooks",
         description=(
             "Solve the Lloyd-Max codebooks that tq_core ships (Gaussian source for bits "
-            f"{', '.join(map(str, BITS))}; exact Beta source for d in {', '.join(map(str, BETA_DIMS))}) "
+            f"{', '.join(map(str, GAUSSIAN_BITS))}; exact Beta source for bits {', '.join(map(str, BITS))} "
+            f"and d in {', '.join(map(str, BETA_DIMS))}) "
             "and compare them with the shipped table, or write them to a file. By default nothing is "
             "written: the command prints the largest difference and exits 1 when it exceeds --tolerance. "
             "Solving takes a few seconds."
@@ -201,7 +204,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    print(f"solving {len(BITS) * (1 + len(BETA_DIMS))} codebooks ...", file=sys.stderr, flush=True)
+    print(f"solving {len(GAUSSIAN_BITS) + len(BITS) * len(BETA_DIMS)} codebooks ...", file=sys.stderr, flush=True)
     table = build_table()
     if args.write == "-":
         sys.stdout.write(json.dumps(table, indent=1) + "\n")

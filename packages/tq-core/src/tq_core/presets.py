@@ -9,6 +9,7 @@ from dataclasses import astuple, dataclass
 from types import MappingProxyType
 from typing import Literal
 
+from .codebooks import GAUSSIAN_BITS
 from .errors import PresetError, ShapeError
 from .layout import BlockLayout, KernelFields, SlotLayout, block_layout, kernel_fields, slot_layout
 
@@ -31,6 +32,7 @@ _SHIPPED: tuple[tuple[str, str, int, int, bool, str, bool], ...] = (
     ("turboquant_3bit_nc", "lloyd_max", 3, 3, True, "uniform", False),
     ("tq_k4v3", "lloyd_max", 4, 3, True, "lloyd_max", True),
     ("tq_k4v4", "lloyd_max", 4, 4, True, "lloyd_max", True),
+    ("tq_k6v5", "lloyd_max", 6, 5, True, "lloyd_max", True),
 )
 
 
@@ -77,15 +79,15 @@ class Preset:
             raise PresetError(f"{where}: value_kind={self.value_kind!r}, expected one of {VALUE_KINDS}")
         if not isinstance(self.calibrated, bool):
             raise PresetError(f"{where}: calibrated={self.calibrated!r}, expected a bool")
-        if self.value_kind == "lloyd_max" and not 1 <= self.value_bits <= 4:
-            raise PresetError(f"{where}: value_bits={self.value_bits}, the Lloyd-Max codebooks cover 1..4 bits")
+        if self.value_kind == "lloyd_max" and self.value_bits not in GAUSSIAN_BITS:
+            raise PresetError(f"{where}: value_bits={self.value_bits}, the Lloyd-Max codebooks cover {GAUSSIAN_BITS}")
         if self.key_kind == "fp8":
             if self.key_bits != 8:
                 raise PresetError(f"{where}: fp8 keys are 8 bits, got key_bits={self.key_bits}")
             if self.norm_correction:
                 raise PresetError(f"{where}: fp8 keys store no norm, so norm_correction must be False")
-        elif not 1 <= self.key_bits <= 4:
-            raise PresetError(f"{where}: key_bits={self.key_bits}, the Lloyd-Max codebooks cover 1..4 bits")
+        elif self.key_bits not in GAUSSIAN_BITS:
+            raise PresetError(f"{where}: key_bits={self.key_bits}, the Lloyd-Max codebooks cover {GAUSSIAN_BITS}")
         if astuple(self) not in _SHIPPED:
             names = {fmt[1:]: fmt[0] for fmt in _SHIPPED}
             twin = names.get(astuple(self)[1:])

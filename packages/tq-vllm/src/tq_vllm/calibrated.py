@@ -29,7 +29,7 @@ from tq_core import CALIBRATED_PRESETS, Calibration, LayerCalibration, Preset, P
 FORMAT_KEY = "tq_format"
 CALIBRATION_KEY = "tq_calibration"
 # the vLLM dtype each calibrated format rides on: the one whose slot it fits
-CARRIER = {"tq_k4v3": "turboquant_k3v4_nc", "tq_k4v4": "turboquant_4bit_nc"}
+CARRIER = {"tq_k4v3": "turboquant_k3v4_nc", "tq_k4v4": "turboquant_4bit_nc", "tq_k6v5": "turboquant_k8v4"}
 
 _LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
