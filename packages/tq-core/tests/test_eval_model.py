@@ -127,12 +127,13 @@ def test_quick_run_orders_the_formats(tmp_path, capsys):
 
 def test_calibrated_formats_beat_vllms_formats_of_more_bytes(tmp_path, capsys):
     """`tq calibrate` on other text, then `tq eval --quick --calibration`: tq_k4v3 loses far
-    less than turboquant_k3v4_nc at fewer bytes, tq_k4v4 far less than turboquant_4bit_nc
-    (16 x 512 tokens: +3.0% against +32%, +1.6% against +7.9%)."""
+    less than turboquant_k3v4_nc at fewer bytes, tq_k4v4 far less than turboquant_4bit_nc,
+    tq_k6v5 far less than turboquant_k8v4 (16 x 512 tokens: +3.0% against +32%, +1.6%
+    against +7.9%, +0.2% against +1.5%)."""
     cal, out = tmp_path / "smollm2.cal", tmp_path / "eval.json"
     assert main(["calibrate", "-q", "--windows", "2", "--window", "256", "--out", str(cal)]) == 0
     assert "state 69120 bytes" in capsys.readouterr().out  # 30 layers x 3 kv heads x 6 x 64 fp16
-    formats = "tq_k4v3,tq_k4v4,turboquant_k3v4_nc,turboquant_4bit_nc"
+    formats = "tq_k4v3,tq_k4v4,tq_k6v5,turboquant_k3v4_nc,turboquant_4bit_nc,turboquant_k8v4"
     argv = ["eval", "--quick", "-q", "--formats", formats, "--calibration", str(cal), "--json", str(out)]
     assert main(argv) == 0
     result = json.loads(out.read_text())
@@ -143,6 +144,8 @@ def test_calibrated_formats_beat_vllms_formats_of_more_bytes(tmp_path, capsys):
     # +6.7%, without the key gains KL 0.17x / 0.39x
     assert change["tq_k4v3"] < 0.05 and kl["tq_k4v3"] < 0.15 * kl["turboquant_k3v4_nc"]
     assert change["tq_k4v4"] < 0.03 and kl["tq_k4v4"] < 0.32 * kl["turboquant_4bit_nc"]
+    print("k6v5", change["tq_k6v5"], kl["tq_k6v5"], kl["turboquant_k8v4"])
+    assert change["tq_k6v5"] < 0.01 and kl["tq_k6v5"] < 0.3 * kl["turboquant_k8v4"]
     assert by["tq_k4v3"]["bytes_per_token"] == 60 and by["tq_k4v3"]["state_bytes"] == 69120
     # the state shared over one 256-token window: 768 bytes per layer and kv head / 256
     assert by["tq_k4v3"]["bytes_at_window"] == pytest.approx(60 + 768 / 256)
