@@ -247,7 +247,8 @@ def test_demo_small_run(capsys, tmp_path):
     argv = ["demo", "--device", "cpu", "--seq-len", "160", "--batch", "3", "--kv-heads", "2", "--q-heads", "8"]
     assert main([*argv, "--head-dim", "64", "--block-size", "16", "--seed", "3", "--json", str(path)]) == 0
     cap = capsys.readouterr()
-    assert "[4/6] turboquant_3bit_nc" in cap.err and "done in" in cap.err  # progress on stderr
+    total = len(tq_core.PRESETS) + len(tq_core.CALIBRATED_PRESETS)
+    assert f"[4/{total}] turboquant_3bit_nc" in cap.err and "done in" in cap.err  # progress on stderr
     out = cap.out
     assert "implementation: tq_core (torch reference)" in out and "device cpu" in out
     cited = re.findall(r"[\w./-]+\.md", out)  # every document the output cites is in the repository
