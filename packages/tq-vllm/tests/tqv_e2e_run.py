@@ -176,7 +176,7 @@ class StoreCheck:
         k = key[:n][keep].float()
         v = value[:n][keep].float()
         for name, x, x_hat in (("key", k, k_hat), ("value", v, v_hat)):
-            off = cal._pick(name, first)
+            off = cal.offset(name, first)
             gain = getattr(cal, f"{name}_gain")
             err = ((x_hat - x) * gain).norm(dim=-1) / ((x - off) * gain).norm(dim=-1).clamp(min=1e-6)
             self.max_err[name] = max(self.max_err[name], float(err.max()))

@@ -94,7 +94,9 @@ class LayerCalibration:
         if self.key_offset.device != device:
             raise ShapeError(f"calibration: on {self.key_offset.device}, the cache on {device}: move it with .to()")
 
-    def _pick(self, name: str, first: torch.Tensor | None) -> torch.Tensor:
+    def offset(self, name: str, first: torch.Tensor | None) -> torch.Tensor:
+        """The offsets of ``name`` (``"key"`` or ``"value"``) each token is coded against:
+        ``[N, H, d]`` where ``first`` (bool ``[N]``) marks position 0, else ``[H, d]``."""
         rest = getattr(self, f"{name}_offset")
         if first is None:
             return rest
@@ -105,16 +107,16 @@ class LayerCalibration:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``[N, H, d]`` keys and values -> the vectors the cache codes; ``first`` ``[N]``
         bool marks tokens at position 0 (None: none)."""
-        k = (key.float() - self._pick("key", first)) * self.key_gain
-        v = (value.float() - self._pick("value", first)) * self.value_gain
+        k = (key.float() - self.offset("key", first)) * self.key_gain
+        v = (value.float() - self.offset("value", first)) * self.value_gain
         return k, v
 
     def uncode(
         self, key: torch.Tensor, value: torch.Tensor, first: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Inverse of :meth:`code` on decoded vectors."""
-        k = key / self.key_gain + self._pick("key", first)
-        v = value / self.value_gain + self._pick("value", first)
+        k = key / self.key_gain + self.offset("key", first)
+        v = value / self.value_gain + self.offset("value", first)
         return k, v
 
 
@@ -323,8 +325,8 @@ class CalibrationStats:
         return Calibration(tuple(layers), info)
 
 
-def amortised_bytes(slot_bytes: int, state_bytes_per_head: float, tokens: int) -> float:
-    """Bytes per token and kv head of a layer: the slot plus the layer's calibration state
+def amortised_bytes(slot_bytes: float, state_bytes_per_head: float, tokens: int) -> float:
+    """Bytes per token and kv head: the slot plus calibration state (bytes per kv head)
     shared over ``tokens`` tokens."""
     return slot_bytes + state_bytes_per_head / tokens if tokens > 0 else math.inf
 

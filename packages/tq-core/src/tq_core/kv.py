@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from .calibration import LayerCalibration
-from .checks import INDEX_DTYPES, check_calibration, check_encode_args, check_tensor
+from .checks import check_calibrated_tokens, check_encode_args, check_tensor
 from .codec import decode_fields, encode_fields, fields_to_slots, slots_to_fields
-from .errors import PresetError, ShapeError
+from .errors import ShapeError
 from .presets import Preset, get_preset
 
 
@@ -24,13 +24,7 @@ def encode_kv(
     ``[N]`` in their sequences (as :func:`tq_core.store`)."""
     p = check_encode_args(key, value, preset)
     n, h, d = key.shape
-    if check_calibration(p, calibration, h, d, key.device) is not None:
-        if positions is None:
-            raise PresetError(f"{p.name} is a calibrated format: pass positions=")
-        check_tensor(positions, "positions", ndim=1, dtypes=INDEX_DTYPES, device=key.device)
-        if positions.shape[0] != n:
-            raise ShapeError(f"positions: has {positions.shape[0]} entries, expected {n} (key.shape[0])")
-    first = None if positions is None or calibration is None else positions == 0
+    first = check_calibrated_tokens(p, calibration, positions, n, h, d, key.device)
     return fields_to_slots(encode_fields(key, value, p, calibration, first), p, d)
 
 
@@ -58,9 +52,8 @@ def decode_kv(
             f"for {p.name} at head_dim={head_dim}"
         )
     first = None
-    if calibration is not None:
-        check_calibration(p, calibration, slots.shape[1], head_dim, slots.device)
-        if positions is None:
-            raise PresetError(f"{p.name}: decoding with a calibration needs the positions the tokens were encoded at")
-        first = positions == 0
+    if calibration is not None:  # none: the coded vectors
+        first = check_calibrated_tokens(
+            p, calibration, positions, slots.shape[0], slots.shape[1], head_dim, slots.device
+        )
     return decode_fields(slots_to_fields(slots, p, head_dim), p, head_dim, calibration=calibration, first=first)

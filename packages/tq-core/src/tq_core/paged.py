@@ -143,7 +143,7 @@ def store(
     if idx.numel() == 0:
         return
     slots = slot_mapping[idx].long()
-    first = None if positions is None or calibration is None else positions[idx] == 0
+    first = None if args.first is None else args.first[idx]
     enc = encode_fields(key[idx], value[idx], args.preset, calibration, first)
     bs = args.layout.block_size
     write_fields(block_fields(kv_cache, args.layout), slots // bs, slots % bs, enc)

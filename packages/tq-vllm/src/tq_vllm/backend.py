@@ -190,7 +190,7 @@ class TQMetadata(AttentionMetadata):
     block_table: torch.Tensor
     slot_mapping: torch.Tensor
     plan: BatchPlan
-    positions: torch.Tensor | None = None  # each query row's position; calibrated formats only
+    positions: torch.Tensor | None = None  # per slot_mapping row, its token's position; calibrated formats only
 
 
 class TQMetadataBuilder(AttentionMetadataBuilder[TQMetadata]):
@@ -264,7 +264,11 @@ class TQMetadataBuilder(AttentionMetadataBuilder[TQMetadata]):
         positions = None
         if self.choice is not None:  # tq-core only (never graph-captured): host metadata is fine
             host_lens = seq_lens_cpu if seq_lens_cpu is not None else cam.seq_lens[: cam.num_reqs].cpu()
-            positions = token_positions(cam.query_start_loc_cpu, host_lens, cam.num_reqs).to(cam.slot_mapping.device)
+            rows = token_positions(cam.query_start_loc_cpu, host_lens, cam.num_reqs)
+            # one entry per slot_mapping row; padding rows (never stored) get 0
+            positions = torch.zeros(cam.slot_mapping.shape[0], dtype=torch.int32)
+            positions[: rows.shape[0]] = rows[: positions.shape[0]]
+            positions = positions.to(cam.slot_mapping.device)
         return TQMetadata(
             num_actual_tokens=cam.num_actual_tokens,
             num_reqs=cam.num_reqs,
@@ -306,7 +310,7 @@ class TQAttentionImpl(AttentionImpl[TQMetadata]):
             self.choice.check_carrier(kv_cache_dtype, head_size)
             self.preset = self.choice.preset
         self.preset.check_head_dim(head_size, "head_size")
-        self._layer_cals: dict[tuple[str | None, str], LayerCalibration] = {}
+        self._layer_cal: LayerCalibration | None = None  # resolved at the first call (it needs the layer's name)
         unsupported = {
             "ALiBi": alibi_slopes is not None,
             "sliding window": sliding_window is not None,
@@ -346,14 +350,11 @@ class TQAttentionImpl(AttentionImpl[TQMetadata]):
         """This layer's calibration (its kv heads on this rank), for a calibrated format."""
         if self.choice is None:
             return None
-        name = getattr(layer, "layer_name", None)
-        key = (name, str(device))
-        cal = self._layer_cals.get(key)
-        if cal is None:
+        if self._layer_cal is None:  # one impl per layer, on one device
             rank, size = _tp_rank_size()
-            cal = layer_calibration(self.choice.calibration, name, self.num_kv_heads, rank, size, device)
-            self._layer_cals[key] = cal
-        return cal
+            name = getattr(layer, "layer_name", None)
+            self._layer_cal = layer_calibration(self.choice.calibration, name, self.num_kv_heads, rank, size, device)
+        return self._layer_cal
 
     def do_kv_cache_update(
         self,
@@ -372,15 +373,15 @@ class TQAttentionImpl(AttentionImpl[TQMetadata]):
         extra: dict[str, Any] = {}
         cal = self.calibration_for(layer, key.device)
         if cal is not None:
-            extra = {"calibration": cal, "positions": self._positions(layer, n, key.device)}
+            extra = {"calibration": cal, "positions": self._positions(layer, n)}
         store(key[:n], value[:n], tq_cache_view(kv_cache), slot_mapping, self.preset, **extra)
         _stats.bump("store_calls")
         _stats.bump("stored_tokens", n)
         _stats.note_layer("store", getattr(layer, "layer_name", None))
 
     @staticmethod
-    def _positions(layer: Any, n: int, device: torch.device) -> torch.Tensor:
-        """The positions of the step's first ``n`` tokens (padding rows: 0, never stored)."""
+    def _positions(layer: Any, n: int) -> torch.Tensor:
+        """The positions of the step's first ``n`` slot_mapping rows (the builder's)."""
         from vllm.forward_context import get_forward_context
 
         md = get_forward_context().attn_metadata
@@ -389,9 +390,7 @@ class TQAttentionImpl(AttentionImpl[TQMetadata]):
         pos = getattr(md, "positions", None)
         if pos is None:
             raise PresetError("tq-vllm: a calibrated format needs the batch's positions (TQMetadata.positions)")
-        if pos.shape[0] < n:
-            pos = torch.cat([pos, pos.new_zeros(n - pos.shape[0])])
-        return pos[:n].to(device)
+        return pos[:n]
 
     def forward(
         self,

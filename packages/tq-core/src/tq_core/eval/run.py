@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..__about__ import __version__
-from ..calibration import Calibration, state_bytes_per_layer
+from ..calibration import Calibration, amortised_bytes, state_bytes_per_layer
 from ..contract import core_backend, select_backend
 from ..errors import BackendUnavailableError, PresetError, RangeError
 from ..presets import CALIBRATED_PRESETS, PRESETS, get_preset
@@ -250,8 +250,8 @@ def evaluate(
                 key_rel_err={i: plan.errors[i].key_rel for i in comp if i in plan.errors},
                 value_rel_err={i: plan.errors[i].value_rel for i in comp if i in plan.errors},
                 state_bytes=state,
-                bytes_at_window=sum(per_layer) / num_layers + per_head / win.length,
-                bytes_at_long_context=sum(per_layer) / num_layers + per_head / LONG_CONTEXT,
+                bytes_at_window=amortised_bytes(sum(per_layer) / num_layers, per_head, win.length),
+                bytes_at_long_context=amortised_bytes(sum(per_layer) / num_layers, per_head, LONG_CONTEXT),
             )
         )
     name = backend.description + (f" (passed over: {'; '.join(skipped)})" if skipped else "")
