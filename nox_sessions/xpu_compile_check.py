@@ -89,6 +89,8 @@ BLOCK_SIZE = 16  # tokens per cache block (vLLM's default)
 NUM_KV_HEADS = 8
 MULTI_SPLITS = 8  # a kv split count > 1 (the kernel only branches on 1 vs more)
 INPUT_DTYPE = "bf16"
+# the calibration vectors the store and attention kernels read for tq's calibrated formats
+CALIBRATION_ARGS = ("KeyGain", "KeyOffset", "KeyFirstOffset", "ValueGain", "ValueOffset", "ValueFirstOffset")
 
 DPAS_ALIAS = re.compile(r"^(#\w+) = #triton_intel_gpu\.dpas<", re.M)
 DOT_RESULT = re.compile(r"tt\.dot .*-> tensor<[^>]*, (#\w+)>")
@@ -209,17 +211,19 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
     xpu_opts = dict(table.get("xpu_launch_options", {}))
     presets = list(tq_core.PRESETS)
     head_dims = (128,) if quick else HEAD_DIMS
-    groups = (4,) if quick else GROUPS
-    for name in presets:
+    for name in presets + list(tq_core.CALIBRATED_PRESETS):
         p = tq_core.get_preset(name)
+        # tq's calibrated formats: one GQA group (their code paths do not depend on it)
+        groups = (4,) if quick or p.calibrated else GROUPS
         for d in head_dims:
             fields = p.kernel_fields(p.block_layout(d, BLOCK_SIZE, NUM_KV_HEADS)).constexprs()
             scfg = _store_cached(XE2_DEVICE_NAME, name, ())
             scx = dict(fields, NUM_BOUNDS=0 if p.key_is_fp8 else (1 << p.key_bits) - 1, BLOCK_T=scfg.block_t)
             scx["CODE_SEARCH"] = bool(scfg.code_search) and not p.key_is_fp8 and p.key_bits in (3, 4)
+            scx["CALIBRATED"] = p.calibrated
             scx["stride_sm"] = 1
             stypes = {"K": f"*{INPUT_DTYPE}", "V": f"*{INPUT_DTYPE}", "Cache": "*u8", "SlotMapping": "*i64"}
-            stypes["Bounds"] = "*fp32"
+            stypes |= dict.fromkeys(("Bounds", "VBounds", *CALIBRATION_ARGS), "*fp32") | {"Positions": "*i64"}
             yield Job.of(
                 "store",
                 f"{name} d{d}",
@@ -250,7 +254,9 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
                             "Lse": "*fp32",
                             "q_mul": "fp32",
                             "q_scale": "fp32",
+                            "VCentroids": "*fp16",
                         }
+                        types |= dict.fromkeys(CALIBRATION_ARGS, "*fp32")
                         variants = [("", cx, types)]
                         if knobs:
                             lut = 2 if not p.key_is_fp8 and p.key_bits == 3 else 0

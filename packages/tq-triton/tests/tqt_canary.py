@@ -54,6 +54,7 @@ def request_reference(
         torch.tensor([0, q1 - q0], dtype=torch.int32, device=dev),
         b.preset,
         b.scale,
+        **b.extra(),
     )
 
 
@@ -69,5 +70,8 @@ def fill_free_slots(b: PagedBatch, gen: torch.Generator) -> PagedBatch:
     dev = b.kv_cache.device
     k = torch.randn(free.numel(), heads, d, generator=gen).to(dev)
     v = torch.randn(free.numel(), heads, d, generator=gen).to(dev)
-    tq_core.store(k, v, b.kv_cache, free.to(dev), b.preset)
+    extra = {}
+    if b.calibration is not None:  # the free slots' tokens, all past position 0
+        extra = {"calibration": b.calibration, "positions": torch.ones(free.numel(), dtype=torch.int64, device=dev)}
+    tq_core.store(k, v, b.kv_cache, free.to(dev), b.preset, **extra)
     return b

@@ -32,7 +32,7 @@ def make_batch(
 
 def reference(b: PagedBatch) -> torch.Tensor:
     """``tq_core.attention`` of the batch with a float32 query (float32 output)."""
-    return tq_core.attention(b.query.float(), *b.args()[1:])
+    return tq_core.attention(b.query.float(), *b.args()[1:], **b.extra())
 
 
 def run_triton(
@@ -49,6 +49,7 @@ def run_triton(
         out=out,
         max_query_len=b.max_query_len if max_query_len is None else max_query_len,
         num_kv_splits=splits,
+        **b.extra(),
     )
     assert res is out
     return out, reference(b)

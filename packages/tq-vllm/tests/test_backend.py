@@ -305,3 +305,18 @@ def _selector_dtype(dtype: torch.dtype):
     from vllm.v1.attention.selector import AttentionSelectorConfig
 
     return AttentionSelectorConfig(head_size=D, dtype=dtype, kv_cache_dtype="turboquant_4bit_nc", block_size=32)
+
+
+def test_calibrated_format_needs_a_backend_that_implements_it():
+    """A calibrated format runs on a backend whose ``calibrated`` says it implements them
+    (tq-core, tq-triton); any other is refused with an error naming both."""
+    from tq_core.contract import core_backend
+    from tq_vllm.backend import _check_choice_backend
+    from tq_vllm.calibrated import FormatChoice
+
+    choice = FormatChoice(tq_core.get_preset("tq_k4v3"), "unused.cal")
+    core = core_backend()
+    _check_choice_backend(choice, core)
+    _check_choice_backend(None, dataclasses.replace(core, name="other", calibrated=False))
+    with pytest.raises(tq_core.BackendUnavailableError, match=r"'other'.*tq_k4v3"):
+        _check_choice_backend(choice, dataclasses.replace(core, name="other", calibrated=False))

@@ -11,7 +11,7 @@ from .attention import attention
 from .bitpack import pack_codes, unpack_codes
 from .calibration import Calibration, CalibrationStats, LayerCalibration
 from .codebooks import Codebook, distortion, get_codebook, lloyd_max
-from .codec import decode_fields, encode_fields, key_codebook, rotate
+from .codec import decode_fields, encode_fields, key_codebook, rotate, value_codebook
 from .errors import (
     BackendUnavailableError,
     CalibrationError,
@@ -75,4 +75,5 @@ __all__ = [
     "store",
     "to_vllm_cache",
     "unpack_codes",
+    "value_codebook",
 ]

@@ -180,7 +180,7 @@ def check_calibration(
     if calibration is None:
         raise PresetError(
             f"{preset.name} is a calibrated format: pass calibration= (the layer's tq_core.LayerCalibration, "
-            "from a Calibration that tq calibrate makes); tq-core's reference ops implement calibrated formats"
+            "from a Calibration that tq calibrate makes)"
         )
     if not isinstance(calibration, LayerCalibration):
         raise PresetError(f"calibration: expected a tq_core.LayerCalibration, got {type(calibration).__name__}")

@@ -93,6 +93,18 @@ def key_codebook(
     return cent.to(device, copy=True), bounds.to(device, copy=True)
 
 
+def value_codebook(
+    preset: str | Preset, head_dim: int, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`key_codebook` for the Lloyd-Max values of tq's calibrated formats (``value_bits``
+    bits); new tensors the caller owns."""
+    p = get_preset(preset)
+    if p.value_is_uniform:
+        raise ValueError(f"{p.name} stores uniform values and has no value codebook")
+    cent, bounds = _bits_codebook(p.value_bits, head_dim, torch.device("cpu"))
+    return cent.to(device, copy=True), bounds.to(device, copy=True)
+
+
 def rotate(x: torch.Tensor) -> torch.Tensor:
     """Apply the key rotation (orthonormal Hadamard) along the last dim, in float32."""
     return fwht(x.float())

@@ -64,7 +64,9 @@ class Backend:
     ``priority``: the larger wins when :func:`select_backend` chooses automatically. ``max_query_len``: the
     longest q_len per request its attention tiles are planned for (longer requests are
     still computed correctly, slower); ``None`` means no limit. ``takes_max_query_len``:
-    its attention accepts the ``max_query_len=`` tile hint.
+    its attention accepts the ``max_query_len=`` tile hint. ``calibrated``: its store and
+    attention implement tq's calibrated formats (``calibration=``, and the store's
+    ``positions=``, as tq-core's).
     """
 
     name: str
@@ -76,6 +78,7 @@ class Backend:
     max_query_len: int | None = None
     takes_max_query_len: bool = False
     auto_device_types: tuple[str, ...] | None = None
+    calibrated: bool = False
 
     def picked_automatically_on(self, device_type: str) -> bool:
         allowed = self.device_types if self.auto_device_types is None else self.auto_device_types
@@ -91,6 +94,7 @@ def core_backend() -> Backend:
         attention=core_attention,
         device_types=("cpu", "cuda", "xpu"),
         priority=0,
+        calibrated=True,
     )
 
 

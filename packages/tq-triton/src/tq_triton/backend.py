@@ -22,4 +22,5 @@ def triton_backend() -> Backend:
         priority=10,
         max_query_len=MAX_QUERY_LEN,
         takes_max_query_len=True,
+        calibrated=True,
     )

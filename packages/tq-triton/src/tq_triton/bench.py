@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from tq_core import get_preset
+from tq_core import LayerCalibration, get_preset
 from tq_core.synthetic import SyntheticKV
-from tq_core.testing import block_tables
+from tq_core.testing import block_tables, random_calibration
 
 from .attention import attention
 from .store import store
@@ -76,6 +76,12 @@ class Case:
     # dense bf16 K/V [batch, kv_heads, max_seq, head_dim] for the bf16 baseline (optional)
     dense_k: torch.Tensor | None = None
     dense_v: torch.Tensor | None = None
+    # calibrated formats: the layer calibration the cache was stored against
+    calibration: LayerCalibration | None = None
+
+    def extra(self) -> dict[str, LayerCalibration]:
+        """``attention``'s keyword arguments beyond the metadata: the calibration, if any."""
+        return {} if self.calibration is None else {"calibration": self.calibration}
 
     @property
     def cache_bytes_read(self) -> int:
@@ -91,7 +97,8 @@ class Case:
 def build_case(shape: Shape, preset: str, device: torch.device, seed: int = 0, dense: bool = False) -> Case:
     """The shape's batch: :class:`tq_core.synthetic.SyntheticKV` keys, values and queries (bf16),
     stored by ``tq_triton.store`` over the shuffled blocks of ``tq_core.testing.block_tables``.
-    ``dense`` also keeps the bf16 K/V for the bf16 baselines."""
+    ``dense`` also keeps the bf16 K/V for the bf16 baselines. A calibrated format is stored
+    against ``tq_core.testing.random_calibration`` (timing does not depend on its values)."""
     gen = torch.Generator().manual_seed(seed)
     bs = shape.block_size
     seq = shape.request_seq_lens()
@@ -105,10 +112,12 @@ def build_case(shape: Shape, preset: str, device: torch.device, seed: int = 0, d
     if dense:
         dk = torch.zeros(shape.batch, shape.kv_heads, max(seq), shape.head_dim, dtype=torch.bfloat16, device=device)
         dv = torch.zeros_like(dk)
+    cal = random_calibration(gen, shape.kv_heads, shape.head_dim).to(device) if p.calibrated else None
     first = 0
     for r, s in enumerate(seq):
         k, v = syn.kv(s, device=device, dtype=torch.bfloat16, on_device=True)
-        store(k, v, cache, slots[first : first + s].to(device), p)
+        extra = {} if cal is None else {"calibration": cal, "positions": torch.arange(s, device=device)}
+        store(k, v, cache, slots[first : first + s].to(device), p, **extra)
         first += s
         if dense:
             dk[r, :, :s] = k.transpose(0, 1)
@@ -127,6 +136,7 @@ def build_case(shape: Shape, preset: str, device: torch.device, seed: int = 0, d
         max_query_len=max(qls),
         dense_k=dk,
         dense_v=dv,
+        calibration=cal,
     )
 
 
@@ -140,6 +150,16 @@ def store_inputs(
     )
     slots = torch.randperm(num_tokens, generator=torch.Generator().manual_seed(seed)).to(device)
     return k, v, slots
+
+
+def store_extra(preset: str, num_tokens: int, num_kv_heads: int, head_dim: int, device: torch.device) -> dict:
+    """The store's keyword arguments for timing ``preset`` on :func:`store_inputs`: a
+    calibration and positions (every token past position 0) for a calibrated format."""
+    if not get_preset(preset).calibrated:
+        return {}
+    gen = torch.Generator().manual_seed(0)
+    cal = random_calibration(gen, num_kv_heads, head_dim).to(device)
+    return {"calibration": cal, "positions": torch.arange(1, num_tokens + 1, device=device)}
 
 
 def run_tq(
@@ -157,6 +177,7 @@ def run_tq(
         case.scale,
         out=out,
         max_query_len=case.max_query_len,
+        **case.extra(),
         **kw,
     )
 
@@ -185,6 +206,7 @@ def looped_per_token(case: Case) -> Callable[[], None]:
                 case.scale,
                 out=outs[i],
                 max_query_len=1,
+                **case.extra(),
             )
 
     return fn
@@ -207,7 +229,18 @@ def batched_per_token(case: Case) -> Callable[[], None]:
     out = torch.empty_like(case.query)
 
     def fn() -> None:
-        attention(case.query, case.kv_cache, table, lens_t, qsl, case.preset, case.scale, out=out, max_query_len=1)
+        attention(
+            case.query,
+            case.kv_cache,
+            table,
+            lens_t,
+            qsl,
+            case.preset,
+            case.scale,
+            out=out,
+            max_query_len=1,
+            **case.extra(),
+        )
 
     return fn
 

@@ -1,6 +1,7 @@
-"""Triton helper: codebook keys decoded where the packed words are, with their centroid norms.
+"""Triton helper: codebook vectors (Lloyd-Max keys, and the values of tq's calibrated formats)
+decoded where the packed words are, with their centroid norms.
 
-A key tile's codes are gathered from the fp16 codebook one code position at a time on
+A tile's codes are gathered from the fp16 codebook one code position at a time on
 the words as loaded (``[T, W]``, each thread holding whole words), and a ``tl.join``
 tree assembles the ``[T, D]`` operand, as ``bitpack.unpack`` does for codes. The squared
 centroid norm that norm correction needs is summed in the same tree, inside each
@@ -13,16 +14,16 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .bitpack import code3
+from .bitpack import chunk_code
 
 
 @triton.jit
-def _cent(w0, w1, w2, Centroids, BITS: tl.constexpr, J: tl.constexpr):
+def _cent(ws, Centroids, BITS: tl.constexpr, J: tl.constexpr):
     """Centroid of code position ``J`` (fp16) and its square (fp32)."""
     if BITS == 4:
-        code = (w0 >> (4 * J)) & 15
+        code = (ws[0] >> (4 * J)) & 15
     else:
-        code = code3(w0, w1, w2, J)
+        code = chunk_code(ws, BITS, J)
     c = tl.load(Centroids + code)
     cf = c.to(tl.float32)
     return c, cf * cf
@@ -30,47 +31,48 @@ def _cent(w0, w1, w2, Centroids, BITS: tl.constexpr, J: tl.constexpr):
 
 # one function per tree level: Triton jit functions cannot recurse
 @triton.jit
-def _tree1(w0, w1, w2, Centroids, BITS: tl.constexpr, J: tl.constexpr, STEP: tl.constexpr):
-    a, sa = _cent(w0, w1, w2, Centroids, BITS, J)
-    b, sb = _cent(w0, w1, w2, Centroids, BITS, J + STEP)
+def _tree1(ws, Centroids, BITS: tl.constexpr, J: tl.constexpr, STEP: tl.constexpr):
+    a, sa = _cent(ws, Centroids, BITS, J)
+    b, sb = _cent(ws, Centroids, BITS, J + STEP)
     return tl.join(a, b), sa + sb
 
 
 @triton.jit
-def _tree2(w0, w1, w2, Centroids, BITS: tl.constexpr, J: tl.constexpr, STEP: tl.constexpr):
-    a, sa = _tree1(w0, w1, w2, Centroids, BITS, J, 2 * STEP)
-    b, sb = _tree1(w0, w1, w2, Centroids, BITS, J + STEP, 2 * STEP)
+def _tree2(ws, Centroids, BITS: tl.constexpr, J: tl.constexpr, STEP: tl.constexpr):
+    a, sa = _tree1(ws, Centroids, BITS, J, 2 * STEP)
+    b, sb = _tree1(ws, Centroids, BITS, J + STEP, 2 * STEP)
     return tl.join(a, b), sa + sb
 
 
 @triton.jit
-def _tree3(w0, w1, w2, Centroids, BITS: tl.constexpr, J: tl.constexpr, STEP: tl.constexpr):
-    a, sa = _tree2(w0, w1, w2, Centroids, BITS, J, 2 * STEP)
-    b, sb = _tree2(w0, w1, w2, Centroids, BITS, J + STEP, 2 * STEP)
+def _tree3(ws, Centroids, BITS: tl.constexpr, J: tl.constexpr, STEP: tl.constexpr):
+    a, sa = _tree2(ws, Centroids, BITS, J, 2 * STEP)
+    b, sb = _tree2(ws, Centroids, BITS, J + STEP, 2 * STEP)
     return tl.join(a, b), sa + sb
 
 
 @triton.jit
-def _tree4(w0, w1, w2, Centroids, BITS: tl.constexpr, J: tl.constexpr, STEP: tl.constexpr):
-    a, sa = _tree3(w0, w1, w2, Centroids, BITS, J, 2 * STEP)
-    b, sb = _tree3(w0, w1, w2, Centroids, BITS, J + STEP, 2 * STEP)
+def _tree4(ws, Centroids, BITS: tl.constexpr, J: tl.constexpr, STEP: tl.constexpr):
+    a, sa = _tree3(ws, Centroids, BITS, J, 2 * STEP)
+    b, sb = _tree3(ws, Centroids, BITS, J + STEP, 2 * STEP)
     return tl.join(a, b), sa + sb
 
 
 @triton.jit
-def codebook_keys(w0, w1, w2, Centroids, BITS: tl.constexpr, T: tl.constexpr, D: tl.constexpr):
-    """fp16 centroids ``[T, D]`` of a key tile and each token's squared centroid norm ``[T]``.
+def codebook_keys(ws, Centroids, BITS: tl.constexpr, T: tl.constexpr, D: tl.constexpr):
+    """fp16 centroids ``[T, D]`` of a tile of codebook vectors and each token's squared
+    centroid norm ``[T]``.
 
-    ``w0, w1, w2``: the words from ``bitpack.load_words`` (3 bits: chunk words
-    ``[T, D // 32]``; 4 bits: ``w0`` = ``[T, D // 8]``). ``Centroids``: the fp16 codebook.
-    The join trees mirror ``bitpack.unpack3`` / ``unpack4``, so positions come out in order.
+    ``ws``: the words from ``bitpack.load_words``; ``Centroids``: the fp16 codebook of
+    ``BITS`` bits. The join trees mirror ``bitpack.unpack_chunks`` / ``unpack4``, so
+    positions come out in order.
     """
     # one tree level per bit of the code position within a word (4 bits: 8 codes) or a
-    # 3-word chunk (3 bits: 32 codes); the lowest bit is split off here
+    # chunk of BITS words (3, 5 and 6 bits: 32 codes); the lowest bit is split off here
     if BITS == 4:
-        a, sa = _tree2(w0, w1, w2, Centroids, BITS, 0, 2)
-        b, sb = _tree2(w0, w1, w2, Centroids, BITS, 1, 2)
+        a, sa = _tree2(ws, Centroids, BITS, 0, 2)
+        b, sb = _tree2(ws, Centroids, BITS, 1, 2)
     else:
-        a, sa = _tree4(w0, w1, w2, Centroids, BITS, 0, 2)
-        b, sb = _tree4(w0, w1, w2, Centroids, BITS, 1, 2)
+        a, sa = _tree4(ws, Centroids, BITS, 0, 2)
+        b, sb = _tree4(ws, Centroids, BITS, 1, 2)
     return tl.join(a, b).reshape(T, D), tl.sum(sa + sb, axis=1)

@@ -11,7 +11,7 @@ import functools
 
 import torch
 
-from tq_core import Preset, key_codebook
+from tq_core import Preset, key_codebook, value_codebook
 
 from .key_lut import lut_words
 
@@ -24,6 +24,14 @@ def cached_codebook(
     only, which never write them."""
     cent, bounds = key_codebook(preset, head_dim, "cpu")
     return cent.to(device), bounds.to(device), cent.to(torch.float16).to(device)
+
+
+@functools.cache
+def cached_value_codebook(preset: Preset, head_dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Lloyd-Max values' tables of a calibrated format, shared by every launch (launchers
+    only): (boundaries float32, centroids float16), scaled by 1/sqrt(head_dim)."""
+    cent, bounds = value_codebook(preset, head_dim, "cpu")
+    return bounds.to(device), cent.to(torch.float16).to(device)
 
 
 def codebook(preset: Preset, head_dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

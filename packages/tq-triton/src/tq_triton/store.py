@@ -1,9 +1,10 @@
 """Fused store: encode new keys and values and write them into tq's paged layout.
 
 One program encodes ``BLOCK_T`` tokens of one kv head: key norm, Hadamard rotation,
-codebook search (or saturating fp8 cast), bit packing, value min/max quantisation, and
-writes each field into its block's per-head field run. Byte-identical to
-``tq_core.store`` except for codes that sit on a rounding boundary.
+codebook search (or saturating fp8 cast), bit packing, value min/max quantisation (or,
+for tq's calibrated formats, the Lloyd-Max code of the value too, both coded against the
+layer's calibration), and writes each field into its block's per-head field run.
+Byte-identical to ``tq_core.store`` except for codes that sit on a rounding boundary.
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ import torch
 import triton
 import triton.language as tl
 
-from tq_core import Preset
+from tq_core import LayerCalibration, Preset
 from tq_core.contract import check_store_args, debug_enabled
 
 from .bitpack import store_codes
 from .cache_fields import FP16_BYTES, field_ptr
 from .device import check_runnable
-from .device_tensors import cached_codebook, dummy
+from .device_tensors import cached_codebook, cached_value_codebook, dummy
 from .hadamard import fwht_rows
 from .tuning import StoreConfig, launch_options, store_config
 
@@ -111,6 +112,44 @@ def codebook_codes_bsearch(u, Bounds, KBITS: tl.constexpr):
 
 
 @triton.jit
+def _lloyd_max_code(
+    x,
+    Bounds,
+    BLOCK_T: tl.constexpr,
+    D: tl.constexpr,
+    LOG2_D: tl.constexpr,
+    BITS: tl.constexpr,
+    NUM_BOUNDS: tl.constexpr,
+    CODE_SEARCH: tl.constexpr,
+):
+    """Rows ``x`` ``[BLOCK_T, D]`` (float32) -> (codes ``[BLOCK_T, D]`` of ``H x / ||x||``,
+    norms ``[BLOCK_T]``): the Lloyd-Max code of keys, and of calibrated formats' values. A
+    row whose sum of squares is not finite gets norm 0 and code 0 throughout."""
+    ss = tl.sum(x * x, axis=1)  # NaN or inf for a row with a non-finite element
+    bad = ~(ss < FP32_INF)
+    norm = tl.where(bad, 0.0, tl.sqrt(ss))
+    y = fwht_rows(x, BLOCK_T, D, LOG2_D)
+    # y is sqrt(D) * (H x); the unit vector's coordinate is y / (sqrt(D) * norm). A bad
+    # row's coordinates become NaN, which lies at or above no boundary: code 0 throughout
+    inv = tl.where(norm > 0, 1.0 / (tl.where(norm > 0, norm, 1.0) * tl.sqrt(D * 1.0)), 0.0)
+    inv = tl.where(bad, float("nan"), inv)
+    u = y * inv[:, None]
+    if CODE_SEARCH:
+        codes = codebook_codes_bsearch(u, Bounds, BITS)
+    else:
+        codes = codebook_codes(u, Bounds, NUM_BOUNDS)
+    return codes, norm
+
+
+@triton.jit
+def _coded(x, first, Gain, Offset, FirstOffset, ch):
+    """Calibrated formats: the vectors the cache codes, ``gain * (x - offset)``, with the
+    first-position offset where ``first`` ([BLOCK_T] bool) holds."""
+    off = tl.where(first[:, None], tl.load(FirstOffset + ch)[None, :], tl.load(Offset + ch)[None, :])
+    return (x - off) * tl.load(Gain + ch)[None, :]
+
+
+@triton.jit
 def _store_kernel(
     K,
     V,
@@ -125,6 +164,15 @@ def _store_kernel(
     stride_vt,
     stride_vh,
     stride_blk,
+    Positions,
+    stride_pos,
+    KeyGain,
+    KeyOffset,
+    KeyFirstOffset,
+    ValueGain,
+    ValueOffset,
+    ValueFirstOffset,
+    VBounds,
     BLOCK_SIZE: tl.constexpr,
     HEAD_STRIDE: tl.constexpr,
     KEY_OFF: tl.constexpr,
@@ -142,7 +190,14 @@ def _store_kernel(
     NUM_BOUNDS: tl.constexpr,
     BLOCK_T: tl.constexpr,
     CODE_SEARCH: tl.constexpr = False,
+    CALIBRATED: tl.constexpr = False,
 ):
+    """``CALIBRATED``: a calibrated format (docs/format.md): each token's position is read
+    from ``Positions`` (position 0 is coded against the first-position offsets), keys and
+    values are coded as ``gain * (x - offset)`` with the kv head's calibration vectors
+    (contiguous float32 ``[num_kv_heads, D]``), and values take the Lloyd-Max code of
+    ``VBITS`` bits (boundaries ``VBounds``) with their norm in the scale field. Otherwise
+    none of those pointers is read."""
     pid_t = tl.program_id(0)
     h = tl.program_id(1).to(tl.int64)
     t = pid_t.to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -153,6 +208,9 @@ def _store_kernel(
     off = slot % BLOCK_SIZE
     base = Cache + (slot // BLOCK_SIZE) * stride_blk + h * HEAD_STRIDE  # this token's (block, head)
     d = tl.arange(0, D)
+    if CALIBRATED:
+        first = tl.load(Positions + t * stride_pos, mask=ok, other=1) == 0
+        ch = h * D + d
 
     k = tl.load(K + t[:, None] * stride_kt + h * stride_kh + d[None, :], mask=ok[:, None], other=0.0).to(tl.float32)
     # Non-finite inputs (tq_core.codec, docs/overview.md): fp8 keys per element (NaN -> 0,
@@ -164,42 +222,40 @@ def _store_kernel(
         k8 = _fp8_e4m3_bits(tl.where(k == k, k, 0.0))
         tl.store(field_ptr(base[:, None], off[:, None], KEY_OFF, KEY_BYTES) + d[None, :], k8, mask=ok[:, None])
     else:
-        ss = tl.sum(k * k, axis=1)  # NaN or inf for a row with a non-finite element
-        k_bad = ~(ss < FP32_INF)
-        norm = tl.where(k_bad, 0.0, tl.sqrt(ss))
-        y = fwht_rows(k, BLOCK_T, D, LOG2_D)
-        # y is sqrt(D) * (H k); the unit vector's coordinate is y / (sqrt(D) * norm). A bad
-        # row's coordinates become NaN, which lies at or above no boundary: code 0 throughout
-        inv = tl.where(norm > 0, 1.0 / (tl.where(norm > 0, norm, 1.0) * tl.sqrt(D * 1.0)), 0.0)
-        inv = tl.where(k_bad, float("nan"), inv)
-        u = y * inv[:, None]
-        if CODE_SEARCH:
-            codes = codebook_codes_bsearch(u, Bounds, KBITS)
-        else:
-            codes = codebook_codes(u, Bounds, NUM_BOUNDS)
+        if CALIBRATED:
+            k = _coded(k, first, KeyGain, KeyOffset, KeyFirstOffset, ch)
+        codes, norm = _lloyd_max_code(k, Bounds, BLOCK_T, D, LOG2_D, KBITS, NUM_BOUNDS, CODE_SEARCH)
         kptr = field_ptr(base, off, KEY_OFF, KEY_BYTES).to(tl.pointer_type(tl.int32))
         store_codes(kptr, ok, codes, KBITS, D, BLOCK_T)
         nptr = field_ptr(base, off, NORM_OFF, FP16_BYTES).to(tl.pointer_type(tl.float16))
         tl.store(nptr, tl.minimum(norm, FP16_MAX).to(tl.float16), mask=ok)
 
     v = tl.load(V + t[:, None] * stride_vt + h * stride_vh + d[None, :], mask=ok[:, None], other=0.0).to(tl.float32)
-    LEVELS: tl.constexpr = (1 << VBITS) - 1
-    # NaN-propagating: a row's min or max is NaN or ±inf exactly when it holds such an
-    # element; such a row gets scale 0 and zero 0, so its codes are 0 below
-    vmin = tl.reduce(v, 1, _min_nan)
-    vmax = tl.reduce(v, 1, _max_nan)
-    v_bad = ~((vmin > -FP32_INF) & (vmax < FP32_INF))
-    scale16 = tl.where(v_bad, 0.0, tl.minimum((vmax - vmin) / LEVELS, FP16_MAX)).to(tl.float16)
-    zero16 = tl.where(v_bad, 0.0, tl.minimum(tl.maximum(vmin, -FP16_MAX), FP16_MAX)).to(tl.float16)
-    scale = scale16.to(tl.float32)
-    safe = tl.where(scale > 0, scale, 1.0)
-    q = tl.floor((v - zero16.to(tl.float32)[:, None]) / safe[:, None] + 0.5)
-    q = tl.minimum(tl.maximum(q, 0.0), LEVELS * 1.0)
-    q = tl.where(scale[:, None] > 0, q, 0.0)
-    vptr = field_ptr(base, off, VAL_OFF, VAL_BYTES).to(tl.pointer_type(tl.int32))
-    store_codes(vptr, ok, q.to(tl.uint32), VBITS, D, BLOCK_T)
-    tl.store(field_ptr(base, off, SCALE_OFF, FP16_BYTES).to(tl.pointer_type(tl.float16)), scale16, mask=ok)
-    tl.store(field_ptr(base, off, ZERO_OFF, FP16_BYTES).to(tl.pointer_type(tl.float16)), zero16, mask=ok)
+    if CALIBRATED:
+        v = _coded(v, first, ValueGain, ValueOffset, ValueFirstOffset, ch)
+        vcodes, vnorm = _lloyd_max_code(v, VBounds, BLOCK_T, D, LOG2_D, VBITS, (1 << VBITS) - 1, False)
+        vptr = field_ptr(base, off, VAL_OFF, VAL_BYTES).to(tl.pointer_type(tl.int32))
+        store_codes(vptr, ok, vcodes, VBITS, D, BLOCK_T)
+        sptr = field_ptr(base, off, SCALE_OFF, FP16_BYTES).to(tl.pointer_type(tl.float16))
+        tl.store(sptr, tl.minimum(vnorm, FP16_MAX).to(tl.float16), mask=ok)
+    else:
+        LEVELS: tl.constexpr = (1 << VBITS) - 1
+        # NaN-propagating: a row's min or max is NaN or ±inf exactly when it holds such an
+        # element; such a row gets scale 0 and zero 0, so its codes are 0 below
+        vmin = tl.reduce(v, 1, _min_nan)
+        vmax = tl.reduce(v, 1, _max_nan)
+        v_bad = ~((vmin > -FP32_INF) & (vmax < FP32_INF))
+        scale16 = tl.where(v_bad, 0.0, tl.minimum((vmax - vmin) / LEVELS, FP16_MAX)).to(tl.float16)
+        zero16 = tl.where(v_bad, 0.0, tl.minimum(tl.maximum(vmin, -FP16_MAX), FP16_MAX)).to(tl.float16)
+        scale = scale16.to(tl.float32)
+        safe = tl.where(scale > 0, scale, 1.0)
+        q = tl.floor((v - zero16.to(tl.float32)[:, None]) / safe[:, None] + 0.5)
+        q = tl.minimum(tl.maximum(q, 0.0), LEVELS * 1.0)
+        q = tl.where(scale[:, None] > 0, q, 0.0)
+        vptr = field_ptr(base, off, VAL_OFF, VAL_BYTES).to(tl.pointer_type(tl.int32))
+        store_codes(vptr, ok, q.to(tl.uint32), VBITS, D, BLOCK_T)
+        tl.store(field_ptr(base, off, SCALE_OFF, FP16_BYTES).to(tl.pointer_type(tl.float16)), scale16, mask=ok)
+        tl.store(field_ptr(base, off, ZERO_OFF, FP16_BYTES).to(tl.pointer_type(tl.float16)), zero16, mask=ok)
 
 
 def store(
@@ -210,6 +266,8 @@ def store(
     preset: str | Preset,
     *,
     config: StoreConfig | None = None,
+    calibration: LayerCalibration | None = None,
+    positions: torch.Tensor | None = None,
 ) -> None:
     """Encode ``key``/``value`` ``[num_tokens, num_kv_heads, head_dim]`` into ``kv_cache`` at
     ``slot_mapping``. Same contract as ``tq_core.store``.
@@ -221,8 +279,22 @@ def store(
     twice in one call raises ``RangeError`` under ``TQ_DEBUG=1``; without it, which of the
     tokens' bytes land in that slot is undefined (possibly a mix of their fields), and
     still nothing is written outside the cache.
+
+    A calibrated format needs the layer's ``calibration`` and each token's ``positions``
+    (read through its stride), as ``tq_core.store`` does; a token is coded against the
+    first-position offsets exactly where its position is 0 (a negative position, which
+    ``TQ_DEBUG=1`` rejects, counts as any other non-zero one).
     """
-    args = check_store_args(key, value, kv_cache, slot_mapping, preset, check_values=debug_enabled())
+    args = check_store_args(
+        key,
+        value,
+        kv_cache,
+        slot_mapping,
+        preset,
+        check_values=debug_enabled(),
+        calibration=calibration,
+        positions=positions,
+    )
     check_runnable(key.device)
     n, h, d = key.shape
     if n == 0:
@@ -235,6 +307,15 @@ def store(
     bounds = dummy(key.device) if p.key_is_fp8 else cached_codebook(p, d, key.device)[1]
     cfg = config or store_config(key.device, p.name)
     grid = (triton.cdiv(n, cfg.block_t), h)
+    if p.calibrated:
+        assert calibration is not None and positions is not None  # check_store_args requires them
+        c = calibration
+        vectors = (c.key_gain, c.key_offset, c.key_first_offset, c.value_gain, c.value_offset, c.value_first_offset)
+        cal = (positions, positions.stride(0), *(t.contiguous() for t in vectors))
+        vbounds = cached_value_codebook(p, d, key.device)[0]
+    else:
+        cal = (dummy(key.device), 0, *(dummy(key.device),) * 6)
+        vbounds = dummy(key.device)
     _store_kernel[grid](
         key,
         value,
@@ -249,10 +330,13 @@ def store(
         value.stride(0),
         value.stride(1),
         kv_cache.stride(0),
+        *cal,
+        vbounds,
         **args.fields.constexprs(),
         NUM_BOUNDS=0 if p.key_is_fp8 else (1 << p.key_bits) - 1,
         BLOCK_T=cfg.block_t,
         CODE_SEARCH=bool(cfg.code_search) and not p.key_is_fp8 and p.key_bits in (3, 4),
+        CALIBRATED=p.calibrated,
         num_warps=cfg.num_warps,
         **launch_options(key.device),
     )

@@ -65,10 +65,10 @@ def current_choice(vllm_config: VllmConfig | None = None) -> FormatChoice | None
 
 
 def _check_choice_backend(choice: FormatChoice | None, backend: Backend) -> None:
-    if choice is not None and backend.name != "core":
+    if choice is not None and not backend.calibrated:
         raise BackendUnavailableError(
-            f"tq-vllm: the calibrated format {choice.preset.name} runs on tq-core's reference ops only: "
-            "vLLM's CPU build, or TQ_VLLM_IMPL=core"
+            f"tq-vllm: backend {backend.name!r} does not implement the calibrated format {choice.preset.name}: "
+            "use tq-triton or tq-core (TQ_VLLM_IMPL=triton or core)"
         )
 
 
@@ -221,6 +221,12 @@ class TQMetadataBuilder(AttentionMetadataBuilder[TQMetadata]):
         self.backend: Backend = select_kernels(device)
         self.choice = current_choice(vllm_config)
         _check_choice_backend(self.choice, self.backend)
+        # calibrated formats: each slot_mapping row's position, in one buffer that lives as
+        # long as the builder, so that a captured CUDA graph reads this step's values
+        self._positions: torch.Tensor | None = None
+        if self.choice is not None:
+            rows = getattr(getattr(vllm_config, "scheduler_config", None), "max_num_batched_tokens", None) or 8192
+            self._positions = torch.zeros(int(rows), dtype=torch.int32, device=device)
         model_config = vllm_config.model_config
         dtype = getattr(model_config, "dtype", None)
         if dtype is not None and dtype not in TQAttentionBackend.supported_dtypes:
@@ -262,13 +268,17 @@ class TQMetadataBuilder(AttentionMetadataBuilder[TQMetadata]):
         _stats.bump("chunk_reqs", len(plan.chunks))
         _stats.bump("chunk_reqs_with_context", sum(1 for c in plan.chunks if c.context_len > 0))
         positions = None
-        if self.choice is not None:  # tq-core only (never graph-captured): host metadata is fine
+        if self._positions is not None:
             host_lens = seq_lens_cpu if seq_lens_cpu is not None else cam.seq_lens[: cam.num_reqs].cpu()
             rows = token_positions(cam.query_start_loc_cpu, host_lens, cam.num_reqs)
             # one entry per slot_mapping row; padding rows (never stored) get 0
-            positions = torch.zeros(cam.slot_mapping.shape[0], dtype=torch.int32)
-            positions[: rows.shape[0]] = rows[: positions.shape[0]]
-            positions = positions.to(cam.slot_mapping.device)
+            n = cam.slot_mapping.shape[0]
+            if n > self._positions.shape[0]:  # more rows than vLLM's token budget: grow once
+                self._positions = torch.zeros(n, dtype=torch.int32, device=self._positions.device)
+            host = torch.zeros(n, dtype=torch.int32)
+            host[: rows.shape[0]] = rows[:n]
+            positions = self._positions[:n]
+            positions.copy_(host)
         return TQMetadata(
             num_actual_tokens=cam.num_actual_tokens,
             num_reqs=cam.num_reqs,

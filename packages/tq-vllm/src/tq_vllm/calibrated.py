@@ -10,8 +10,7 @@ reaches every process::
 The file comes from ``tq calibrate --model MODEL --out /path/model.cal``. tq's backend then
 publishes the format's slot size to vLLM (its memory accounting and cache shape follow),
 stores each layer's keys and values against that layer's calibration and attends over
-them. tq-core's reference ops implement calibrated formats, so this runs where tq-vllm
-uses tq-core: vLLM's CPU build, or ``TQ_VLLM_IMPL=core``.
+them, on tq-core (vLLM's CPU build, or ``TQ_VLLM_IMPL=core``) or tq-triton (cuda, xpu).
 """
 
 from __future__ import annotations

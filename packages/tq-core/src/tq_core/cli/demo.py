@@ -30,7 +30,6 @@ import itertools
 import math
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -39,7 +38,7 @@ from ..__about__ import __version__
 from ..calibration import CalibrationStats, LayerCalibration
 from ..codebooks import distortion
 from ..codec import FP8_E4M3_MAX
-from ..contract import core_backend, select_backend
+from ..contract import Backend, core_backend, select_backend
 from ..errors import BackendUnavailableError, TQError
 from ..kv import decode_kv
 from ..paged import to_vllm_cache
@@ -88,8 +87,8 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def pick_implementation(device: torch.device) -> tuple[str, Callable[..., None], Callable[..., torch.Tensor]]:
-    """(name, store, attention) of the installed backend tq_core.contract picks for ``device``.
+def pick_implementation(device: torch.device) -> tuple[str, Backend]:
+    """(name, backend): the installed backend tq_core.contract picks for ``device``.
 
     When a backend that would rank higher cannot load, the name says why it was passed over.
     """
@@ -98,7 +97,7 @@ def pick_implementation(device: torch.device) -> tuple[str, Callable[..., None],
     if skipped:
         name += " (passed over: " + "; ".join(skipped) + ")"
     assert backend.store is not None  # select_backend's need_store
-    return name, backend.store, backend.attention
+    return name, backend
 
 
 @dataclass
@@ -177,7 +176,7 @@ def run_demo(
     progress=None,
 ) -> dict:
     presets = [*PRESETS, *CALIBRATED_PRESETS] if presets is None else [get_preset(p).name for p in presets]
-    impl_name, store, attention = pick_implementation(device)
+    impl_name, backend = pick_implementation(device)
     cal: LayerCalibration | None = None
     if any(get_preset(p).calibrated for p in presets):
         cal = demo_calibration(SyntheticKV(kv_heads, head_dim, seed), q_heads)
@@ -220,11 +219,11 @@ def run_demo(
         p = get_preset(name)
         slot = p.layout(head_dim).slot_size_aligned
         cache = torch.zeros(b.num_blocks, block_size, kv_heads, slot, dtype=torch.uint8, device=device)
-        do_store, do_attention, extra, pos_arg = store, attention, {}, {}
-        if p.calibrated:  # tq-core's reference ops implement calibrated formats
+        runs_on = backend if backend.calibrated or not p.calibrated else core_backend()
+        do_store, do_attention, extra, pos_arg = runs_on.store, runs_on.attention, {}, {}
+        assert do_store is not None
+        if p.calibrated:
             assert cal is not None
-            core = core_backend()
-            do_store, do_attention = core.store, core.attention
             extra = {"calibration": cal.to(device)}
             pos_arg = {"positions": dev(positions)}
         t0 = time.perf_counter()

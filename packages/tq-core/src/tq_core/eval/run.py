@@ -190,11 +190,11 @@ def evaluate(
     if any(fmt in CALIBRATED_PRESETS for fmt in cfg.formats):
         calibration = _calibration(cfg, model, tokenizer, num_layers, str(folder), say)
         calibration.check_model(num_layers, hk, d)
-        if backend.name != "core":
+        if not backend.calibrated:
             if cfg.backend != "auto":
                 raise BackendUnavailableError(
-                    f"calibrated formats run on tq-core's reference ops only: backend {cfg.backend!r} "
-                    "does not implement them (pass --backend core, or leave out the tq_* formats)"
+                    f"backend {cfg.backend!r} does not implement tq's calibrated formats "
+                    "(pass --backend core or triton, or leave out the tq_* formats)"
                 )
             cal_backend = core_backend()
     runs: list[tuple[str, int]] = []

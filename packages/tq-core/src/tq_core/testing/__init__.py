@@ -10,7 +10,7 @@
   (a fresh seed per test, printed, replayed with ``TQ_TEST_SEED``) and hypothesis profiles.
 """
 
-from .batch import PagedBatch, block_tables, paged_batch, ragged_lengths
+from .batch import PagedBatch, block_tables, paged_batch, ragged_lengths, random_calibration
 from .compare import assert_attention_close, attention_error
 from .reference import dense_attention
 
@@ -22,4 +22,5 @@ __all__ = [
     "dense_attention",
     "paged_batch",
     "ragged_lengths",
+    "random_calibration",
 ]

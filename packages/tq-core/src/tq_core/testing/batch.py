@@ -13,6 +13,7 @@ from typing import Literal
 import torch
 
 from ..attention import attention as core_attention
+from ..calibration import LayerCalibration
 from ..paged import gather_kv
 from ..paged import store as core_store
 from ..presets import Preset, get_preset
@@ -77,6 +78,20 @@ def gaussian_kv(gen: torch.Generator, n: int, num_kv_heads: int, head_dim: int) 
     return k, v
 
 
+def random_calibration(gen: torch.Generator, num_kv_heads: int, head_dim: int) -> LayerCalibration:
+    """A layer calibration for calibrated formats' tests: offsets of scale 3 (keys) and 1
+    (values), first-position offsets drawn apart from them, and gains in ``[1/4, 4]``, all
+    fp16-exact."""
+
+    def vec(scale: float) -> torch.Tensor:
+        return (torch.randn(num_kv_heads, head_dim, generator=gen) * scale).half().float()
+
+    def gain() -> torch.Tensor:
+        return (4.0 ** (2 * torch.rand(num_kv_heads, head_dim, generator=gen) - 1)).half().float()
+
+    return LayerCalibration(vec(3.0), vec(3.0), gain(), vec(1.0), vec(1.0), gain())
+
+
 @dataclass
 class PagedBatch:
     """A batch of requests over a paged tq cache, with the dense K/V it was built from."""
@@ -93,6 +108,10 @@ class PagedBatch:
     scale: float
     seq_len_list: list[int]
     q_len_list: list[int]
+    # calibrated formats: the layer's calibration (on the device) and each stored token's
+    # position, int64 [sum(seq_lens)] on the device, aligned with slot_mapping
+    calibration: LayerCalibration | None = None
+    positions: torch.Tensor | None = None
 
     @property
     def max_query_len(self) -> int:
@@ -114,15 +133,22 @@ class PagedBatch:
             self.scale,
         )
 
+    def extra(self) -> dict[str, LayerCalibration]:
+        """The keyword arguments of ``attention`` beyond :meth:`args`: ``calibration`` for a
+        calibrated format, else none."""
+        return {} if self.calibration is None else {"calibration": self.calibration}
+
     def reference(self, out: torch.Tensor | None = None) -> torch.Tensor:
         """tq_core.attention over this batch (the reference every fast kernel must match)."""
-        return core_attention(*self.args(), out=out)
+        return core_attention(*self.args(), out=out, **self.extra())
 
     def decoded_kv(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Dense float32 K/V ``[sum(seq_lens), Hk, d]`` as read back from the cache (CPU)."""
         ks, vs = [], []
         for r, s in enumerate(self.seq_len_list):
-            k, v = gather_kv(self.kv_cache, self.block_table[r], s, self.preset, self.query.shape[2])
+            k, v = gather_kv(
+                self.kv_cache, self.block_table[r], s, self.preset, self.query.shape[2], calibration=self.calibration
+            )
             ks.append(k.cpu())
             vs.append(v.cpu())
         return torch.cat(ks), torch.cat(vs)
@@ -149,12 +175,16 @@ def paged_batch(
     unused: Literal["garbage", "real"] = "garbage",
     data: Literal["gaussian", "llm"] = "gaussian",
     store: Callable[..., None] = core_store,
+    calibration: LayerCalibration | None = None,
 ) -> PagedBatch:
     """A :class:`PagedBatch`; the cache starts as random bytes, so unused slots hold garbage.
 
     ``data="gaussian"``: :func:`gaussian_kv` and Gaussian queries; ``data="llm"``:
     :class:`~tq_core.synthetic.SyntheticKV` keys, values and queries (peaked softmax).
     K/V go into the cache through ``store`` (``tq_core.store`` unless a backend's is given).
+    A calibrated format stores against ``calibration`` (:func:`random_calibration` when
+    None), with each token's position, and the keys and values first get the calibration's
+    offsets added, as a model's keys carry theirs.
     """
     p = get_preset(preset)
     if len(seq_lens) != len(q_lens):
@@ -176,8 +206,17 @@ def paged_batch(
     else:
         raise ValueError(f"data={data!r}: expected 'gaussian' or 'llm'")
     cache = cache.to(dev)
+    positions, extra = None, {}
+    if p.calibrated:
+        cal = calibration if calibration is not None else random_calibration(gen, num_kv_heads, head_dim)
+        pos = torch.cat([torch.arange(s) for s in seq_lens]) if total else torch.zeros(0, dtype=torch.int64)
+        cal = cal.to("cpu")
+        key = key + cal.offset("key", pos == 0)
+        value = value + cal.offset("value", pos == 0)
+        calibration, positions = cal.to(dev), pos.to(dev)
+        extra = {"calibration": calibration, "positions": positions}
     if total:
-        store(key.to(dev, dtype), value.to(dev, dtype), cache, slots.to(dev), p)
+        store(key.to(dev, dtype), value.to(dev, dtype), cache, slots.to(dev), p, **extra)
     qsl = torch.zeros(len(q_lens) + 1, dtype=torch.int32)
     qsl[1:] = torch.cumsum(torch.tensor(list(q_lens), dtype=torch.int32), 0)
     return PagedBatch(
@@ -193,4 +232,6 @@ def paged_batch(
         scale=head_dim**-0.5,
         seq_len_list=list(seq_lens),
         q_len_list=list(q_lens),
+        calibration=calibration if p.calibrated else None,
+        positions=positions,
     )

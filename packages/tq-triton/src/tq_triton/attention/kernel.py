@@ -55,6 +55,13 @@ def attention_kernel(
     stride_sl,
     stride_qs,
     split_programs,
+    KeyGain,
+    KeyOffset,
+    KeyFirstOffset,
+    ValueGain,
+    ValueOffset,
+    ValueFirstOffset,
+    VCentroids,
     G: tl.constexpr,
     G_PAD: tl.constexpr,
     NUM_Q_HEADS: tl.constexpr,
@@ -83,6 +90,7 @@ def attention_kernel(
     KEY_LUT: tl.constexpr = 0,
     BALANCE: tl.constexpr = False,
     SKIP_EMPTY: tl.constexpr = False,
+    CALIBRATED: tl.constexpr = False,
 ):
     """``PREFETCH``: issue each tile's loads one iteration ahead of its decoding (and its
     block ids two ahead), by hand; the loop then carries no ``num_stages`` of its own
@@ -115,6 +123,11 @@ def attention_kernel(
     d = tl.arange(0, D)
     head_base = Cache + h.to(tl.int64) * HEAD_STRIDE
     bt_row = BlockTable + r.to(tl.int64) * stride_bt
+    if CALIBRATED:
+        ch = h.to(tl.int64) * D + d  # this kv head's channels of the calibration vectors
+        # the query is scaled before the rotation sums it, as below, and divided by the key gain
+        q_cols = (q_mul / tl.sqrt(D * 1.0)) / tl.load(KeyGain + ch)
+        key_first_shift = tl.load(KeyFirstOffset + ch) - tl.load(KeyOffset + ch)
 
     for qc in range(0, q_len, BLOCK_Q):
         row_tok = qc + m_idx // G_PAD
@@ -142,8 +155,13 @@ def attention_kernel(
             # under that rounding); NaN and ±inf pass, so that only their own row is NaN.
             # Scaled before the rotation sums it (q_mul / sqrt(D) < 1), so that the butterflies
             # cannot overflow for a finite query (docs/overview.md, "Non-finite inputs").
+            first_bias = tl.zeros((BLOCK_M,), dtype=tl.float32)
             if KEY_FP8:
                 q = q * q_mul
+            elif CALIBRATED:
+                # in the scores' units: (q * q_mul) . (mu0 - mu), for position 0 only
+                first_bias = tl.sum(q * q_mul * key_first_shift[None, :], axis=1)
+                q = fwht_rows(q * q_cols[None, :], BLOCK_M, D, LOG2_D)
             else:
                 q = fwht_rows(q * (q_mul / tl.sqrt(D * 1.0)), BLOCK_M, D, LOG2_D)
             if SATURATE_QUERY:
@@ -181,6 +199,7 @@ def attention_kernel(
                     KEY_FP8=KEY_FP8,
                     KBITS=KBITS,
                     VBITS=VBITS,
+                    CALIBRATED=CALIBRATED,
                 )
                 blk = tile_block_ids(bt_row, stride_bc, kv_lo + BLOCK_KV, hi, last_block, BLOCK_KV, BLOCK_SIZE)
             for start in tl.range(kv_lo, hi, BLOCK_KV, num_stages=LOOP_STAGES):
@@ -211,6 +230,7 @@ def attention_kernel(
                     KEY_FP8=KEY_FP8,
                     KBITS=KBITS,
                     VBITS=VBITS,
+                    CALIBRATED=CALIBRATED,
                 )
                 if PREFETCH:
                     blk = tile_block_ids(bt_row, stride_bc, start + 2 * BLOCK_KV, hi, last_block, BLOCK_KV, BLOCK_SIZE)
@@ -230,6 +250,8 @@ def attention_kernel(
                     hi,
                     current,
                     Centroids,
+                    VCentroids,
+                    first_bias,
                     BLOCK_KV=BLOCK_KV,
                     D=D,
                     KEY_FP8=KEY_FP8,
@@ -237,10 +259,18 @@ def attention_kernel(
                     VBITS=VBITS,
                     NORM_CORRECTION=NORM_CORRECTION,
                     KEY_LUT=KEY_LUT,
+                    CALIBRATED=CALIBRATED,
                 )
 
             a, b = output_factors(l_i, r_i, f_i, q_bad)
-            o = acc * a[:, None] + b[:, None]
+            if CALIBRATED:
+                # b is the probability of position 0; the accumulator is rotated
+                o = fwht_rows(acc * (a / tl.sqrt(D * 1.0))[:, None], BLOCK_M, D, LOG2_D)
+                nu = tl.load(ValueOffset + ch)
+                nu_first_shift = tl.load(ValueFirstOffset + ch) - nu
+                o = o / tl.load(ValueGain + ch)[None, :] + nu[None, :] + b[:, None] * nu_first_shift[None, :]
+            else:
+                o = acc * a[:, None] + b[:, None]
             if NUM_SPLITS == 1:
                 tl.store(
                     Out + q_row[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],

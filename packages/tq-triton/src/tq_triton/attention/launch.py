@@ -7,11 +7,11 @@ import numbers
 
 import torch
 
-from tq_core import Preset, RangeError, ShapeError
+from tq_core import LayerCalibration, Preset, RangeError, ShapeError
 from tq_core.contract import check_attention_args, debug_enabled
 
 from ..device import device_facts
-from ..device_tensors import cached_codebook, cached_lut_table, dummy
+from ..device_tensors import cached_codebook, cached_lut_table, cached_value_codebook, dummy
 from ..tuning import AttentionConfig
 from .gluon_launch import launch_gluon
 from .kernel import MERGE_WARPS, attention_kernel, merge_kernel
@@ -58,6 +58,7 @@ def attention(
     max_query_len: int | None = None,
     num_kv_splits: int | None = None,
     config: AttentionConfig | None = None,
+    calibration: LayerCalibration | None = None,
 ) -> torch.Tensor:
     """Causal attention of each request's newest query tokens over its paged compressed cache.
 
@@ -89,16 +90,30 @@ def attention(
     A request whose metadata is valid gets tq_core's result whatever the other requests
     hold (as long as their rows do not overlap its own).
 
+    A calibrated format (``tq_k4v3``, ``tq_k4v4``, ``tq_k6v5``) needs the layer's
+    ``calibration`` (on the cache's device), as ``tq_core.attention`` does; position 0 is
+    each request's first cached token. The portable kernel computes it.
+
     Numerics: the query enters an fp16 matrix product, scaled by powers of two chosen from
     ``scale`` alone (:func:`query_scaling`), so any finite ``scale`` and queries up to
     about ``65504 * 2^8`` per element of ``scale * log2(e) * query`` (rotated, for
     Lloyd-Max keys) are computed as tq_core does, up to fp16 rounding (toward zero, with
     its mean bias compensated: ``RTZ_UNBIAS``). Larger finite elements saturate: the
-    result stays finite but differs from tq_core's. A NaN or ±inf query
+    result stays finite but differs from tq_core's. For a calibrated format the query is
+    divided by the key gain first (what the fp16 product then sees). A NaN or ±inf query
     element makes its own (row, q head) NaN and nothing else.
     """
     args = check_attention_args(
-        query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, check_values=debug_enabled()
+        query,
+        kv_cache,
+        block_table,
+        seq_lens,
+        query_start_loc,
+        preset,
+        scale,
+        out,
+        check_values=debug_enabled(),
+        calibration=calibration,
     )
     max_query_len, num_kv_splits = _check_hints(max_query_len, num_kv_splits)
     # raises where Triton cannot run kernels on the device (even for an empty batch)
@@ -169,7 +184,13 @@ def attention(
     if not gluon:
         if plan.gluon:
             kernel_args[5] = _centroids(p, d, dev, bool(plan.constexprs["KEY_LUT"]))
-        attention_kernel[grid](*kernel_args, **plan.constexprs, num_warps=plan.cfg.num_warps, **plan.options)
+        attention_kernel[grid](
+            *kernel_args,
+            *_calibration_args(p, calibration, d, dev),
+            **plan.constexprs,
+            num_warps=plan.cfg.num_warps,
+            **plan.options,
+        )
     if plan.splits > 1:
         merge_kernel[(nq, hq)](
             partial,
@@ -198,6 +219,19 @@ def _centroids(preset: Preset, head_dim: int, device: torch.device, table: bool)
     if preset.key_is_fp8:
         return dummy(device)
     return cached_lut_table(preset, head_dim, device) if table else cached_codebook(preset, head_dim, device)[2]
+
+
+def _calibration_args(
+    preset: Preset, calibration: LayerCalibration | None, head_dim: int, device: torch.device
+) -> tuple[torch.Tensor, ...]:
+    """The portable kernel's calibration pointers (key gain, offset, first offset; the same for
+    values) and the value codebook: placeholders for vLLM's presets."""
+    if not preset.calibrated:
+        return (dummy(device),) * 7
+    assert calibration is not None  # check_attention_args requires it
+    c = calibration
+    vectors = (c.key_gain, c.key_offset, c.key_first_offset, c.value_gain, c.value_offset, c.value_first_offset)
+    return (*(t.contiguous() for t in vectors), cached_value_codebook(preset, head_dim, device)[1])
 
 
 def _kernel_query_scaling(scale: float) -> tuple[float, float]:

@@ -89,6 +89,8 @@ def gluon_refusal(preset: Preset, head_dim: int, rows: int, block_kv: int, block
     3-bit codebook keys (:func:`gluon_keys`) and 4-bit values, head_dim 64/128/256, tiles
     of 16, 32 or 64 query rows (one warp per 16), 16-64 tokens per tile, and a power-of-two
     block size (a tile's groups of positions then never straddle a block)."""
+    if preset.calibrated:
+        return f"{preset.name}: the Gluon kernel does not decode calibrated formats"
     if not facts.nvidia or facts.capability < (8, 9):
         return "the device is not an NVIDIA GPU of compute capability 8.9 or later"
     if not (gluon_keys(preset) and preset.value_bits == 4):
@@ -163,6 +165,7 @@ def kernel_constexprs(
         LOOP_STAGES=None if cfg.prefetch else cfg.num_stages,
         SATURATE_QUERY=saturate_query,
         KEY_LUT=key_lut,
+        CALIBRATED=preset.calibrated,
     )
 
 

@@ -2,10 +2,11 @@
 
 A tile is ``BLOCK_KV`` consecutive positions of one request and kv head. Loading and
 decoding are separate so that the loop can issue a tile's loads an iteration before it
-decodes it (the prefetch mode). A loaded tile is the tuple ``(k0, k1, k2, kn, v0, v1,
-v2, vs, vz)``: the key's packed words (``k0`` holds the fp8 bytes for fp8 keys, where
-``k1``, ``k2`` repeat it), the fp16 key norms, the value's packed words, and the fp16 value
-scales and zero points.
+decodes it (the prefetch mode). A loaded tile is the tuple ``(kw, kn, vw, vs, vz)``: the
+key's packed words (``bitpack.load_words``' tuple; for fp8 keys six references to the fp8
+bytes), the fp16 key norms, the value's packed words, and the fp16 value scales (the
+norms, for the Lloyd-Max values of calibrated formats) and zero points (not read for
+those: zeros).
 
 A position is read only when it lies before ``hi``; a block id outside
 ``[0, num_blocks)`` is read as the cache's last block (an unsigned minimum with
@@ -62,6 +63,7 @@ def load_tile(
     KEY_FP8: tl.constexpr,
     KBITS: tl.constexpr,
     VBITS: tl.constexpr,
+    CALIBRATED: tl.constexpr = False,
 ):
     """Issue the loads of the tile at ``start`` (raw packed words; decoding happens in
     :func:`attend_tile`). ``head_base``: the cache plus this kv head's offset; ``blk``: the
@@ -72,17 +74,19 @@ def load_tile(
     off = (pos % BLOCK_SIZE).to(tl.int64)
     if KEY_FP8:
         d = tl.arange(0, D)
-        k0 = tl.load(field_ptr(base[:, None], off[:, None], KEY_OFF, KEY_BYTES) + d[None, :], mask=ok[:, None], other=0)
-        k1 = k0
-        k2 = k0
+        k8 = tl.load(field_ptr(base[:, None], off[:, None], KEY_OFF, KEY_BYTES) + d[None, :], mask=ok[:, None], other=0)
+        kw = (k8, k8, k8, k8, k8, k8)
         kn = tl.zeros((BLOCK_KV,), dtype=tl.float16)
     else:
-        k0, k1, k2 = load_words(field_ptr(base, off, KEY_OFF, KEY_BYTES).to(tl.pointer_type(tl.int32)), ok, KBITS, D)
+        kw = load_words(field_ptr(base, off, KEY_OFF, KEY_BYTES).to(tl.pointer_type(tl.int32)), ok, KBITS, D)
         kn = tl.load(field_ptr(base, off, NORM_OFF, FP16_BYTES).to(tl.pointer_type(tl.float16)), mask=ok, other=0.0)
-    v0, v1, v2 = load_words(field_ptr(base, off, VAL_OFF, VAL_BYTES).to(tl.pointer_type(tl.int32)), ok, VBITS, D)
+    vw = load_words(field_ptr(base, off, VAL_OFF, VAL_BYTES).to(tl.pointer_type(tl.int32)), ok, VBITS, D)
     vs = tl.load(field_ptr(base, off, SCALE_OFF, FP16_BYTES).to(tl.pointer_type(tl.float16)), mask=ok, other=0.0)
-    vz = tl.load(field_ptr(base, off, ZERO_OFF, FP16_BYTES).to(tl.pointer_type(tl.float16)), mask=ok, other=0.0)
-    return k0, k1, k2, kn, v0, v1, v2, vs, vz
+    if CALIBRATED:
+        vz = tl.zeros((BLOCK_KV,), dtype=tl.float16)
+    else:
+        vz = tl.load(field_ptr(base, off, ZERO_OFF, FP16_BYTES).to(tl.pointer_type(tl.float16)), mask=ok, other=0.0)
+    return kw, kn, vw, vs, vz
 
 
 @triton.jit
@@ -100,6 +104,8 @@ def attend_tile(
     hi,
     tile,
     Centroids,
+    VCentroids,
+    first_bias,
     BLOCK_KV: tl.constexpr,
     D: tl.constexpr,
     KEY_FP8: tl.constexpr,
@@ -107,6 +113,7 @@ def attend_tile(
     VBITS: tl.constexpr,
     NORM_CORRECTION: tl.constexpr,
     KEY_LUT: tl.constexpr = 0,
+    CALIBRATED: tl.constexpr = False,
 ):
     """Decode one loaded tile (:func:`load_tile`'s tuple) and fold it into the online
     softmax state ``(m_i, l_i, acc, r_i, f_i)``, which it returns updated, by
@@ -114,17 +121,24 @@ def attend_tile(
     ``q16 * q_scale`` (a scalar power of two, a kernel argument). ``KEY_LUT`` (3-bit
     codebook keys only): 0 gathers the centroids from ``Centroids`` (the fp16 codebook);
     1 and 2 look them up in a register table (``Centroids`` is then ``key_lut.lut_words``'
-    table), 1 through PTX (cuda), 2 emulated."""
-    ck0, ck1, ck2, ckn, cv0, cv1, cv2, cvs, cvz = tile
+    table), 1 through PTX (cuda), 2 emulated.
+
+    ``CALIBRATED`` (tq's calibrated formats, docs/format.md): ``first_bias`` ``[M]`` is added
+    to each row's score of position 0 (the query's product with ``mu0 - mu``), the values
+    are Lloyd-Max vectors decoded from ``VCentroids`` (the fp16 codebook of ``VBITS``
+    bits) in the rotated domain, with their norm-corrected scales folded into the
+    probabilities, and ``r`` sums the probability of position 0 instead of value offsets.
+    Otherwise ``VCentroids`` and ``first_bias`` are not read."""
+    ckw, ckn, cvw, cvs, cvz = tile
     pos = start + tl.arange(0, BLOCK_KV)
     if KEY_FP8:
-        k16 = ck0.to(tl.float8e4nv, bitcast=True).to(tl.float16)
+        k16 = ckw[0].to(tl.float8e4nv, bitcast=True).to(tl.float16)
         s = tl.dot(q16, tl.trans(k16))
     else:
         if KEY_LUT:
-            k16, cn2 = lut_keys(ck0, ck1, ck2, Centroids, BLOCK_KV, D, KEY_LUT == 1)
+            k16, cn2 = lut_keys(ckw[0], ckw[1], ckw[2], Centroids, BLOCK_KV, D, KEY_LUT == 1)
         else:
-            k16, cn2 = codebook_keys(ck0, ck1, ck2, Centroids, KBITS, BLOCK_KV, D)
+            k16, cn2 = codebook_keys(ckw, Centroids, KBITS, BLOCK_KV, D)
         if q16.shape[0] >= 64:
             # no-op for the result (masked tokens' scores are discarded below); it pins the
             # tile's layout: without it Triton 3.6 moves the dot operand's shared-memory
@@ -136,14 +150,28 @@ def attend_tile(
         if NORM_CORRECTION:
             knorm = tl.where(cn2 > 0, knorm * tl.math.rsqrt(cn2), 0.0)
         s = s * knorm[None, :]
+        if CALIBRATED:
+            s = s + tl.where(pos[None, :] == 0, first_bias[:, None], 0.0)
 
     visible = row_ok[:, None] & (pos[None, :] < hi) & (pos[None, :] <= row_pos[:, None])
     s = tl.where(visible, s, float("-inf"))
-    vscale = cvs.to(tl.float32)
+    if CALIBRATED:
+        v16, vcn2 = codebook_keys(cvw, VCentroids, VBITS, BLOCK_KV, D)
+        if q16.shape[0] >= 64:
+            # pins the value tile's layout, as for the keys above (Triton 3.6, 64 query rows)
+            v16 = tl.where((pos < hi)[:, None], v16, 0.0)
+        # the norm-corrected scale of each coded value (a zero vector has scale 0)
+        vscale = tl.where(vcn2 > 0, cvs.to(tl.float32) * tl.math.rsqrt(vcn2), 0.0)
+    else:
+        vscale = cvs.to(tl.float32)
     m_i, l_i, f_i, w, factor, p, alpha = tile_step(s, q_scale, m_i, l_i, f_i, vscale)
-    # fp16 code - 2^(VBITS-1), exact: 0x6400 | code is the fp16 number 1024 + code
-    vc = unpack(cv0, cv1, cv2, VBITS, BLOCK_KV, D)
-    v16 = (vc | 0x6400).to(tl.uint16).to(tl.float16, bitcast=True) - (1024.0 + (1 << (VBITS - 1)))
-    acc = tl.dot(w, v16, acc * factor[:, None])
-    r_i = row_sum(r_i, alpha, p, value_mid(cvz, vscale, VBITS))
+    if CALIBRATED:
+        acc = tl.dot(w, v16, acc * factor[:, None])
+        r_i = row_sum(r_i, alpha, p, (pos == 0).to(tl.float32))
+    else:
+        # fp16 code - 2^(VBITS-1), exact: 0x6400 | code is the fp16 number 1024 + code
+        vc = unpack(cvw, VBITS, BLOCK_KV, D)
+        v16 = (vc | 0x6400).to(tl.uint16).to(tl.float16, bitcast=True) - (1024.0 + (1 << (VBITS - 1)))
+        acc = tl.dot(w, v16, acc * factor[:, None])
+        r_i = row_sum(r_i, alpha, p, value_mid(cvz, vscale, VBITS))
     return m_i, l_i, acc, r_i, f_i

@@ -236,7 +236,10 @@ def _store_rows(presets: list[str], dev: torch.device, bw: float) -> list[dict]:
     for preset in presets:
         slot = get_preset(preset).layout(d).slot_size_aligned
         cache = torch.zeros(n // 16, 16, h, slot, dtype=torch.uint8, device=dev)
-        t = bench.time_ms(lambda cache=cache, preset=preset: store(k, v, cache, slots, preset), warmup=5, rep=30)
+        extra = bench.store_extra(preset, n, h, d, dev)
+        t = bench.time_ms(
+            lambda cache=cache, preset=preset, extra=extra: store(k, v, cache, slots, preset, **extra), warmup=5, rep=30
+        )
         nbytes = n * h * (2 * d * 2 + slot)
         gbs = nbytes / (t * 1e-3) / 1e9
         rows.append(

@@ -1,0 +1,135 @@
+"""tq's calibrated formats (tq_k4v3, tq_k4v4, tq_k6v5) on tq_triton: the store against
+tq_core.store, attention against tq_core.attention, and the parts a kernel adds for them
+(position 0's score and value offsets, the key gain in the query, the rotated values)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_store import _differences_are_rounding_boundaries, caches
+from tqt_canary import cache_canary, fill_free_slots, out_canary, request_reference
+from tqt_helpers import ON_GPU, TOL, assert_close, make_batch, run_triton
+
+import tq_core
+import tq_triton
+from tq_core import CALIBRATED_PRESETS, PresetError
+from tq_core.testing import assert_attention_close, random_calibration
+
+NAMES = list(CALIBRATED_PRESETS)
+N_TOKENS = 3001 if ON_GPU else 77
+
+
+def _store_inputs(gen, n, heads, head_dim, device, dtype=torch.float32):
+    cal = random_calibration(gen, heads, head_dim)
+    # positions 0..4, a strided view on the device: about a fifth of the tokens sit at position 0
+    pos = torch.randint(0, 5, (2 * n,), generator=gen)[::2]
+    k = (torch.randn(n, heads, head_dim, generator=gen) * 3 + cal.offset("key", pos == 0)).to(device, dtype)
+    v = (torch.randn(n, heads, head_dim, generator=gen) + cal.offset("value", pos == 0)).to(device, dtype)
+    pos = torch.stack([pos, pos], 1).to(device).flatten()[::2]
+    return cal.to(device), pos, k, v
+
+
+@pytest.mark.parametrize("preset", NAMES)
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_store_matches_reference(preset, head_dim, dtype, gen, device):
+    heads, n = 3, N_TOKENS
+    cal, pos, k, v = _store_inputs(gen, n, heads, head_dim, device, dtype)
+    assert pos.stride(0) == 2
+    k[4, 1, 3] = float("nan")  # a non-finite row is stored as the zero vector, as in tq-core
+    v[6, 2, 0] = float("inf")
+    ref, got, nslots = caches(preset, head_dim, 16, heads, gen, device, n)
+    slots = torch.randperm(nslots, generator=gen)[:n].to(device)
+    slots[::7] = -1
+    tq_core.store(k, v, ref, slots, preset, calibration=cal, positions=pos)
+    tq_triton.store(k, v, got, slots, preset, calibration=cal, positions=pos)
+    same = (ref == got).float().mean().item()
+    assert same >= 0.999, f"only {same:.5f} of bytes identical"
+    _differences_are_rounding_boundaries(ref, got, preset, head_dim, k, slots)
+
+
+@pytest.mark.parametrize(
+    ("preset", "head_dim", "group"),
+    [("tq_k4v3", 64, 3), ("tq_k4v4", 128, 4), ("tq_k6v5", 256, 1), ("tq_k6v5", 64, 8), ("tq_k4v3", 128, 1)],
+)
+def test_attention_matches_reference(preset, head_dim, group, gen, device):
+    seq_lens, q_lens = ([1, 17, 300, 2049], [1, 1, 8, 16]) if ON_GPU else ([1, 17, 70, 129], [1, 1, 8, 5])
+    b = make_batch(gen, preset, seq_lens, q_lens, head_dim=head_dim, num_kv_heads=2, group=group, device=device)
+    assert_close(*run_triton(b))
+
+
+@pytest.mark.parametrize("preset", NAMES)
+@pytest.mark.parametrize("splits", [1, 7])
+def test_attention_splits_and_edges(preset, splits, gen, device):
+    """q_len == seq_len (position 0 in the query's own tile), one-token requests (only
+    position 0), a q_len=0 request, and kv splits: each split's output is rotated back and
+    offset before the merge, which stays a convex combination."""
+    b = make_batch(
+        gen, preset, [5, 3, 1, 40, 300], [5, 0, 1, 11, 3], head_dim=64, num_kv_heads=2, group=2, device=device
+    )
+    assert_close(*run_triton(b, splits=splits))
+
+
+def test_first_position_terms_carry_weight(gen, device):
+    """The batch's calibration moves position 0's score and value by amounts the tolerance
+    sees: attending as if every position were coded against ``mu`` and ``nu`` gives an error
+    far above it, so the tests above fail when the kernel drops either term."""
+    b = make_batch(gen, "tq_k4v3", [40, 9], [1, 3], head_dim=64, num_kv_heads=2, group=2, device=device)
+    c = b.calibration
+    same = tq_core.LayerCalibration(
+        c.key_offset, c.key_offset, c.key_gain, c.value_offset, c.value_offset, c.value_gain
+    )
+    wrong = tq_core.attention(b.query.float(), *b.args()[1:], calibration=same)
+    with pytest.raises(AssertionError):
+        assert_close(wrong, b.reference())
+
+
+def test_calibration_is_required_and_checked(gen, device):
+    b = make_batch(gen, "tq_k4v4", [9], [1], head_dim=64, num_kv_heads=2, group=2, device=device)
+    with pytest.raises(PresetError, match="calibration"):
+        tq_triton.attention(*b.args())
+    with pytest.raises(PresetError, match="takes none"):
+        other = make_batch(gen, "turboquant_k3v4_nc", [9], [1], head_dim=64, num_kv_heads=2, group=2, device=device)
+        tq_triton.attention(*other.args(), calibration=b.calibration)
+    k = torch.randn(2, 2, 64, device=device)
+    _, got, _ = caches("tq_k4v4", 64, 16, 2, gen, device, 2)
+    with pytest.raises(PresetError, match="positions"):
+        tq_triton.store(k, k, got, torch.tensor([0, 1], device=device), "tq_k4v4", calibration=b.calibration)
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+def test_hostile_metadata_stays_inside_the_tensors(splits, gen, device):
+    """A calibrated batch with a block id far outside the cache, a seq_len past the block
+    table and a query_start_loc past the rows: nothing outside the cache or ``out`` is read or
+    written (canary bytes around both), and the valid request matches tq-core."""
+    b = make_batch(gen, "tq_k6v5", [32, 20, 7], [1, 3, 2], head_dim=64, num_kv_heads=1, group=2, device=device)
+    fill_free_slots(b, gen)
+    bt = b.block_table.clone()
+    bt[0, 1] = 10**8
+    sl = b.seq_lens.clone()
+    sl[1] = 10**6
+    qsl = b.query_start_loc.clone()
+    qsl[3] = 10**9
+    c, o = cache_canary(b.kv_cache), out_canary(b.query)
+    tq_triton.attention(b.query, c.view, bt, sl, qsl, b.preset, b.scale, out=o.view, num_kv_splits=splits, **b.extra())
+    c.assert_outside_unchanged()
+    o.assert_outside_unchanged()
+    assert torch.equal(c.view, b.kv_cache), "attention wrote into the cache"
+    assert_attention_close(o.view[4:6], request_reference(b, 2, 7, (4, 6)), tol=TOL, what="request 2")
+
+
+def test_store_skips_hostile_slots_and_positions(gen, device):
+    """Slots past the cache and negative ones are skipped; positions are read only for the
+    tokens stored (a huge position counts as any non-zero one)."""
+    heads, d, n = 2, 64, 9
+    cal, pos, k, v = _store_inputs(gen, n, heads, d, device)
+    pos = pos.clone()
+    pos[1] = 2**31 - 1
+    ref, got, nslots = caches("tq_k4v3", d, 16, heads, gen, device, n)
+    slots = torch.tensor([0, 1, -1, nslots, 10**12, 5, -(10**12), 7, nslots - 1], device=device)
+    c = cache_canary(got)
+    tq_triton.store(k, v, c.view, slots, "tq_k4v3", calibration=cal, positions=pos)
+    c.assert_outside_unchanged()
+    keep = torch.tensor([0, 1, 5, 7, 8], device=device)
+    tq_core.store(k[keep], v[keep], ref, slots[keep], "tq_k4v3", calibration=cal, positions=pos[keep])
+    assert int((c.view != ref).sum()) <= 2 * n
