@@ -213,8 +213,10 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
     head_dims = (128,) if quick else HEAD_DIMS
     for name in presets + list(tq_core.CALIBRATED_PRESETS):
         p = tq_core.get_preset(name)
-        # tq's calibrated formats: one GQA group (their code paths do not depend on it)
+        # tq's calibrated formats: one GQA group (their code paths do not depend on it) and
+        # the q buckets of 16, 32 and 64 tile rows
         groups = (4,) if quick or p.calibrated else GROUPS
+        query_lens = (1, 8, 16) if p.calibrated else QUERY_LENS
         for d in head_dims:
             fields = p.kernel_fields(p.block_layout(d, BLOCK_SIZE, NUM_KV_HEADS)).constexprs()
             scfg = _store_cached(XE2_DEVICE_NAME, name, ())
@@ -235,7 +237,7 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
             )
             for g in groups:
                 g_pad = next_pow2(g)
-                for qlen in QUERY_LENS:
+                for qlen in query_lens:
                     cfg = attention_cfg(name, qlen, plan_block_q(g_pad, qlen) * g_pad, d)
                     block_q = plan_block_q(g_pad, qlen, cfg.min_rows)
                     for splits in (1, MULTI_SPLITS):

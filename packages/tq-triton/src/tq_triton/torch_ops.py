@@ -1,5 +1,7 @@
 """tq_triton's kernels as torch operators: ``torch.ops.tq.store``, ``torch.ops.tq.attention``
 and ``torch.ops.tq.attention_out``, with fake implementations for tracing and compilation.
+They take vLLM's four formats; tq's calibrated formats (a calibration per layer) go through
+the functions ``tq_triton.store`` and ``tq_triton.attention``.
 
 The operators pass their tensors on unchanged, so index tensors are read through their
 strides as by the functions. The fake implementations check that every tensor is on one
