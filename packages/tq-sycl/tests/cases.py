@@ -26,8 +26,8 @@ def prepared(
     """The kernel argument dict of ``case`` (validated once, as tq_sycl.attention does)."""
     q, kv, bt, sl, qsl, preset, scale = case.args()
     values = kernel_args.checks_values(q) if check_values is None else check_values
-    checked = check_attention_args(q, kv, bt, sl, qsl, preset, scale, out, check_values=values)
-    return kernel_args.prepare(checked, q, kv, bt, sl, qsl, scale, out, num_splits)
+    checked = check_attention_args(q, kv, bt, sl, qsl, preset, scale, out, check_values=values, **case.extra())
+    return kernel_args.prepare(checked, q, kv, bt, sl, qsl, scale, out, num_splits, case.calibration)
 
 
 def randint(gen: torch.Generator, lo: int, hi: int) -> int:

@@ -34,8 +34,9 @@ py::dict kernel_fields(const py::dict& args) {
   return tq::bindings::fields_to_dict(pr, tq::bindings::layout_from_dict(args, pr));
 }
 
-// Dequantised K (rotated domain for Lloyd-Max presets) and V of every token of one
-// (block, kv head): lets the tests check the dequant code against tq_core directly.
+// Dequantised K (rotated domain for Lloyd-Max presets) and V (rotated domain for
+// calibrated formats' Lloyd-Max values) of every token of one (block, kv head): lets the
+// tests check the dequant code against tq_core directly.
 py::tuple dequant_block(const py::dict& args, int64_t block, int32_t head) {
   const tq::AttentionParams p = tq::bindings::params_from_dict(args);
   if (block < 0 || block >= p.num_blocks || head < 0 || head >= p.num_kv_heads)
@@ -47,7 +48,10 @@ py::tuple dequant_block(const py::dict& args, int64_t block, int32_t head) {
   const uint8_t* region = tq::head_region(p.cache, p.cache_block_stride, block, head, p.layout);
   for (int32_t t = 0; t < bs; ++t) {
     tq::dequant_key(region, t, p.layout, p.preset, p.centroids, k.mutable_data(t, 0));
-    tq::dequant_value(region, t, p.layout, p.preset, v.mutable_data(t, 0));
+    if (p.preset.calibrated)
+      tq::dequant_lloyd_max_value(region, t, p.layout, p.preset, p.value_centroids, v.mutable_data(t, 0));
+    else
+      tq::dequant_value(region, t, p.layout, p.preset, v.mutable_data(t, 0));
   }
   return py::make_tuple(k, v);
 }

@@ -77,6 +77,8 @@ inline auto write_to(py::dict& d) {
 inline Preset preset_from_dict(const py::dict& a) {
   Preset pr{};
   visit_preset_fields(pr, read_from(a));
+  // not one of tq-core's KernelFields: the argument dict adds it (kernel_args.prepare)
+  pr.calibrated = get_or<int32_t>(a, "calibrated", 0);
   if (pr.key_bits < 1 || pr.key_bits > 8 || pr.value_bits < 1 || pr.value_bits > 8)
     throw py::value_error("attention args: key_bits/value_bits must be 1..8");
   return pr;
@@ -91,6 +93,8 @@ inline BlockLayout layout_from_dict(const py::dict& a, const Preset& pr) {
   if (l.block_size < 1) throw py::value_error("attention args: block_size must be >= 1");
   if ((pr.key_fp8 != 0) != (l.norm_offset < 0))
     throw py::value_error("attention args: norm_offset must be -1 exactly for fp8 keys");
+  if ((pr.calibrated != 0) != (l.zero_offset < 0))
+    throw py::value_error("attention args: zero_offset must be -1 exactly for calibrated formats");
   const int64_t key_bytes = (static_cast<int64_t>(l.head_dim) * pr.key_bits + 7) / 8;
   const int64_t value_bytes = (static_cast<int64_t>(l.head_dim) * pr.value_bits + 7) / 8;
   if (l.key_width < key_bytes || l.value_width < value_bytes)
@@ -101,7 +105,7 @@ inline BlockLayout layout_from_dict(const py::dict& a, const Preset& pr) {
   };
   if (!inside(l.key_offset, l.key_width) || (l.norm_offset >= 0 && !inside(l.norm_offset, kHalfWidth)) ||
       !inside(l.value_offset, l.value_width) || !inside(l.scale_offset, kHalfWidth) ||
-      !inside(l.zero_offset, kHalfWidth))
+      (l.zero_offset >= 0 && !inside(l.zero_offset, kHalfWidth)))
     throw py::value_error("attention args: a field's block_size entries pass head_stride");
   return l;
 }
@@ -131,6 +135,10 @@ inline AttentionParams params_from_dict(const py::dict& a) {
   p.preset = preset_from_dict(a);
   p.layout = layout_from_dict(a, p.preset);
   p.centroids = ptr_or_null<const float>(a, "centroids");
+  p.value_centroids = ptr_or_null<const float>(a, "value_centroids");
+  p.calibration = ptr_or_null<const float>(a, "calibration");
+  if (p.preset.calibrated != 0 && (p.value_centroids == nullptr || p.calibration == nullptr))
+    throw py::value_error("attention args: a calibrated format needs value_centroids and calibration");
   p.scale = get<float>(a, "scale");
   p.num_splits = get<int32_t>(a, "num_splits");
   p.rows_per_tile = get_or<int32_t>(a, "rows_per_tile", kRowsPerTile);

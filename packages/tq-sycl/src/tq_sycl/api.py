@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from tq_core import Preset
+from tq_core import LayerCalibration, Preset
 from tq_core.contract import check_attention_args
-from tq_core.errors import BackendUnavailableError, DeviceError
+from tq_core.errors import BackendUnavailableError, DeviceError, PresetError
 
 from . import extensions, kernel_args, toolchain, tuning
 from .errors import KernelChoiceError
@@ -45,12 +45,15 @@ def attention(
     kernel: str = "scalar",
     *,
     num_splits: int | None = None,
+    calibration: LayerCalibration | None = None,
 ) -> torch.Tensor:
     """``tq_core.attention`` (same contract), computed by the kernel family ``kernel``.
 
     ``kernel`` picks the implementation (``"scalar"``, ``"esimd"``, ``"jm"`` or ``"host"``);
     ``num_splits`` overrides the split-KV count from :mod:`tq_sycl.tuning`. Raises
     ``BackendUnavailableError`` naming what is missing when the family cannot run here.
+    tq's calibrated formats (``calibration=`` the layer's) run on ``"host"`` only; the
+    device families raise ``PresetError`` for them.
     """
     if kernel not in KERNELS:
         raise KernelChoiceError(f"kernel={kernel!r}: expected one of {KERNELS}")
@@ -62,8 +65,21 @@ def attention(
     # validated here, once, before looking for a build: a bad argument is reported as
     # such even where no SYCL build exists
     checked = check_attention_args(
-        query, kv_cache, block_table, seq_lens, query_start_loc, preset, scale, out, kernel_args.checks_values(query)
+        query,
+        kv_cache,
+        block_table,
+        seq_lens,
+        query_start_loc,
+        preset,
+        scale,
+        out,
+        kernel_args.checks_values(query),
+        calibration=calibration,
     )
+    if checked.preset.calibrated and not host:
+        raise PresetError(
+            f"{checked.preset.name}: kernel={kernel!r} does not implement calibrated formats; kernel='host' does"
+        )
     if host:
         num_splits = kernel_args.check_num_splits(_splits(num_splits))
     if checked.num_reqs == 0 or query.shape[0] == 0 or checked.num_q_heads == 0:
@@ -71,7 +87,9 @@ def attention(
         # tq_core gives; the kernels are not called (they need a q head per kv head)
         return out if out is not None else torch.empty_like(query)
     run, splits = (_host_run, num_splits) if host else _device_run(kernel, query, kv_cache, seq_lens, num_splits)
-    call = kernel_args.prepare(checked, query, kv_cache, block_table, seq_lens, query_start_loc, scale, out, splits)
+    call = kernel_args.prepare(
+        checked, query, kv_cache, block_table, seq_lens, query_start_loc, scale, out, splits, calibration
+    )
     return run(call)
 
 

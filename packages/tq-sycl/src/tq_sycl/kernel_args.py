@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from tq_core import RangeError, key_codebook
+from tq_core import LayerCalibration, RangeError, key_codebook, value_codebook
 from tq_core.contract import AttentionArgs, KernelFields, debug_enabled
 
 # element dtype codes shared with csrc/include/tq/numeric.hpp
@@ -116,8 +116,11 @@ def prepare(
     scale: float,
     out: torch.Tensor | None,
     num_splits: int,
+    calibration: LayerCalibration | None = None,
 ) -> PreparedCall:
-    """The argument dict of a call ``check_attention_args`` accepted (``checked`` is its result)."""
+    """The argument dict of a call ``check_attention_args`` accepted (``checked`` is its result);
+    a calibrated format's ``calibration`` goes in as one float32 ``[6, num_kv_heads, head_dim]``
+    tensor (csrc/include/tq/params.hpp) beside its value codebook."""
     check_num_splits(num_splits)
     p = checked.preset
     q = _last_dim_contiguous(query)
@@ -151,5 +154,15 @@ def prepare(
         "scale": float(scale),
         "num_splits": num_splits,
         "rows_per_tile": ROWS_PER_TILE,
+        "calibrated": int(p.calibrated),
     }
-    return PreparedCall(args, checked, q, kv_cache, bt, sl, qsl, cent, kernel_out, result)
+    keep: list[torch.Tensor] = []
+    if p.calibrated:
+        assert calibration is not None  # check_attention_args requires it
+        c = calibration
+        vectors = (c.key_gain, c.key_offset, c.key_first_offset, c.value_gain, c.value_offset, c.value_first_offset)
+        cal = torch.stack(vectors).to(query.device, torch.float32).contiguous()
+        vcent = value_codebook(p, checked.head_dim, query.device)[0].contiguous()
+        keep += [cal, vcent]
+        args.update(calibration=cal.data_ptr(), value_centroids=vcent.data_ptr())
+    return PreparedCall(args, checked, q, kv_cache, bt, sl, qsl, cent, kernel_out, result, keep)

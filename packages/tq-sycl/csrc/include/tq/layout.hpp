@@ -17,8 +17,11 @@ namespace tq {
 struct Preset {
   int32_t key_fp8;          // 1: raw key as float8 e4m3fn, no rotation, no norm
   int32_t key_bits;         // Lloyd-Max code bits (8 for fp8)
-  int32_t value_bits;       // uniform value code bits
+  int32_t value_bits;       // uniform value code bits (Lloyd-Max value code bits if calibrated)
   int32_t norm_correction;  // rescale the centroid vector to unit length at decode
+  int32_t calibrated;       // 1: a calibrated format (tq_core.Calibration): Lloyd-Max values
+                            // with an fp16 norm and no zero point, coded against the layer's
+                            // calibration (docs/format.md, "Calibrated formats")
 };
 
 // The fields of one kv head's region of a block (tq_core.layout.KernelFields).
@@ -32,7 +35,7 @@ struct BlockLayout {
   int64_t value_offset;
   int32_t value_width;   // value code bytes per token
   int64_t scale_offset;  // fp16 value scale per token
-  int64_t zero_offset;   // fp16 value zero per token
+  int64_t zero_offset;   // fp16 value zero per token; -1 for calibrated formats
 };
 
 // Width in bytes of the fp16 per-token fields (norm, scale, zero).

@@ -43,16 +43,31 @@ struct AttentionParams {
   Preset preset;
   BlockLayout layout;
   const float* centroids;  // Lloyd-Max centroids scaled by 1/sqrt(d); unused for fp8
+  // calibrated formats only (null otherwise): the value codebook (as centroids, of
+  // value_bits bits) and the layer's calibration, float [6][num_kv_heads][head_dim] in the
+  // order key gain, key offset, key first-position offset, value gain, value offset, value
+  // first-position offset
+  const float* value_centroids;
+  const float* calibration;
   float scale;
   int32_t num_splits;
   int32_t rows_per_tile;
   // workspace: rotated, pre-scaled query [num_q_tokens, num_q_heads, head_dim] float
   float* q_rot;
+  // calibrated formats: each query row's score offset at position 0 [num_q_tokens, num_q_heads]
+  float* q_first;
   // split partials, indexed [tile][kv_head][split][row] (acc also x head_dim)
   float* ws_acc;
   float* ws_m;
   float* ws_l;
+  // calibrated formats: each row's unnormalised probability of position 0 (as ws_l)
+  float* ws_p0;
 };
+
+// Calibration vector `which` (0..5, the order above) of kv head `head`.
+inline const float* calibration_vector(const AttentionParams& p, int32_t which, int32_t head) {
+  return p.calibration + (static_cast<int64_t>(which) * p.num_kv_heads + head) * p.layout.head_dim;
+}
 
 inline int32_t group_size(const AttentionParams& p) { return p.num_q_heads / p.num_kv_heads; }
 
