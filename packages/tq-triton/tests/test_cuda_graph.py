@@ -12,18 +12,30 @@ import tq_triton
 pytestmark = pytest.mark.skipif(not (ON_GPU and torch.cuda.is_available()), reason="needs a CUDA device")
 
 
-@pytest.mark.parametrize("preset", list(tq_core.PRESETS))
+@pytest.mark.parametrize("preset", [*tq_core.PRESETS, *tq_core.CALIBRATED_PRESETS])
 def test_graph_replay_equals_eager(preset, gen, device):
     b = make_batch(gen, preset, [3000, 517, 64], [1, 8, 3], head_dim=128, num_kv_heads=2, group=4, device=device)
     new_k = torch.randn(12, 2, 128, generator=gen).to(device, torch.bfloat16)
     new_v = torch.randn(12, 2, 128, generator=gen).to(device, torch.bfloat16)
     slots = torch.arange(b.kv_cache.shape[0] * 16 - 12, b.kv_cache.shape[0] * 16, device=device)
     out = torch.empty_like(b.query)
+    # a calibrated format: its calibration, and positions for the new tokens (past position 0)
+    extra = b.extra()
+    positions = {"positions": torch.arange(5, 17, device=device)} if extra else {}
 
     def step():
-        tq_triton.store(new_k, new_v, b.kv_cache, slots, preset)
+        tq_triton.store(new_k, new_v, b.kv_cache, slots, preset, **extra, **positions)
         tq_triton.attention(
-            b.query, b.kv_cache, b.block_table, b.seq_lens, b.query_start_loc, preset, b.scale, out=out, max_query_len=8
+            b.query,
+            b.kv_cache,
+            b.block_table,
+            b.seq_lens,
+            b.query_start_loc,
+            preset,
+            b.scale,
+            out=out,
+            max_query_len=8,
+            **extra,
         )
 
     cache0 = b.kv_cache.clone()

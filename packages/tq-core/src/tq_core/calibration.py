@@ -83,6 +83,19 @@ class LayerCalibration:
     def to(self, device: torch.device | str) -> LayerCalibration:
         return LayerCalibration(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
 
+    def kernel_vectors(self) -> tuple[torch.Tensor, ...]:
+        """The six tensors in the order tq's kernels take them (key gain, key offset, key
+        first-position offset, then the same for values), each contiguous."""
+        vectors = (
+            self.key_gain,
+            self.key_offset,
+            self.key_first_offset,
+            self.value_gain,
+            self.value_offset,
+            self.value_first_offset,
+        )
+        return tuple(t.contiguous() for t in vectors)
+
     def check(self, num_kv_heads: int, head_dim: int, device: torch.device) -> None:
         """Raise :class:`ShapeError` unless this layer's tensors fit ``num_kv_heads`` x
         ``head_dim`` on ``device``."""

@@ -159,9 +159,7 @@ def prepare(
     keep: list[torch.Tensor] = []
     if p.calibrated:
         assert calibration is not None  # check_attention_args requires it
-        c = calibration
-        vectors = (c.key_gain, c.key_offset, c.key_first_offset, c.value_gain, c.value_offset, c.value_first_offset)
-        cal = torch.stack(vectors).to(query.device, torch.float32).contiguous()
+        cal = torch.stack(calibration.kernel_vectors()).to(query.device, torch.float32).contiguous()
         vcent = value_codebook(p, checked.head_dim, query.device)[0].contiguous()
         keep += [cal, vcent]
         args.update(calibration=cal.data_ptr(), value_centroids=vcent.data_ptr())

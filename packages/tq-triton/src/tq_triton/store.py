@@ -309,9 +309,7 @@ def store(
     grid = (triton.cdiv(n, cfg.block_t), h)
     if p.calibrated:
         assert calibration is not None and positions is not None  # check_store_args requires them
-        c = calibration
-        vectors = (c.key_gain, c.key_offset, c.key_first_offset, c.value_gain, c.value_offset, c.value_first_offset)
-        cal = (positions, positions.stride(0), *(t.contiguous() for t in vectors))
+        cal = (positions, positions.stride(0), *calibration.kernel_vectors())
         vbounds = cached_value_codebook(p, d, key.device)[0]
     else:
         cal = (dummy(key.device), 0, *(dummy(key.device),) * 6)

@@ -229,9 +229,7 @@ def _calibration_args(
     if not preset.calibrated:
         return (dummy(device),) * 7
     assert calibration is not None  # check_attention_args requires it
-    c = calibration
-    vectors = (c.key_gain, c.key_offset, c.key_first_offset, c.value_gain, c.value_offset, c.value_first_offset)
-    return (*(t.contiguous() for t in vectors), cached_value_codebook(preset, head_dim, device)[1])
+    return (*calibration.kernel_vectors(), cached_value_codebook(preset, head_dim, device)[1])
 
 
 def _kernel_query_scaling(scale: float) -> tuple[float, float]:
