@@ -48,10 +48,14 @@ def test_store_matches_reference(preset, head_dim, dtype, gen, device):
     _differences_are_rounding_boundaries(ref, got, preset, head_dim, k, slots)
 
 
-@pytest.mark.parametrize(
-    ("preset", "head_dim", "group"),
-    [("tq_k4v3", 64, 3), ("tq_k4v4", 128, 4), ("tq_k6v5", 256, 1), ("tq_k6v5", 64, 8), ("tq_k4v3", 128, 1)],
-)
+# every format, head_dim and a spread of GQA groups; two more rows on a GPU (the
+# interpreter's time goes to the three)
+ATTENTION_ROWS = [("tq_k4v3", 64, 3), ("tq_k4v4", 128, 4), ("tq_k6v5", 256, 1)]
+if ON_GPU:
+    ATTENTION_ROWS += [("tq_k6v5", 64, 8), ("tq_k4v3", 128, 1)]
+
+
+@pytest.mark.parametrize(("preset", "head_dim", "group"), ATTENTION_ROWS)
 def test_attention_matches_reference(preset, head_dim, group, gen, device):
     seq_lens, q_lens = ([1, 17, 300, 2049], [1, 1, 8, 16]) if ON_GPU else ([1, 17, 70, 129], [1, 1, 8, 5])
     b = make_batch(gen, preset, seq_lens, q_lens, head_dim=head_dim, num_kv_heads=2, group=group, device=device)
