@@ -11,7 +11,7 @@ import argparse
 from collections.abc import Callable, Iterable
 
 from ..errors import PresetError
-from ..presets import PRESETS, get_preset
+from ..presets import CALIBRATED_PRESETS, PRESETS, get_preset
 
 
 def _int(text: str) -> int:
@@ -87,11 +87,12 @@ def choice_list(choices: Iterable[str], what: str = "value") -> Callable[[str], 
 
 
 def preset(text: str) -> str:
-    """A TurboQuant preset name."""
+    """A cache format's name: one of vLLM's four presets or tq's calibrated formats."""
     try:
         return get_preset(text.strip()).name
     except PresetError:
-        raise argparse.ArgumentTypeError(f"unknown preset {text!r}: expected one of {', '.join(PRESETS)}") from None
+        names = ", ".join([*PRESETS, *CALIBRATED_PRESETS])
+        raise argparse.ArgumentTypeError(f"unknown preset {text!r}: expected one of {names}") from None
 
 
 def preset_list(text: str) -> list[str]:
