@@ -165,7 +165,7 @@ class StoreArgs:
     layout: BlockLayout
     fields: KernelFields
     num_slots: int
-    first: torch.Tensor | None = None  # calibrated presets: the tokens at position 0
+    positions: torch.Tensor | None = None  # calibrated presets: each token's position (checked)
 
 
 def check_calibration(
@@ -200,8 +200,9 @@ def check_calibrated_tokens(
 ) -> torch.Tensor | None:
     """The checks of a call that codes or decodes tokens of a calibrated preset: its layer's
     calibration (:func:`check_calibration`) and each token's position in its sequence
-    (``positions`` ``[num_tokens]``, non-negative). Returns which tokens sit at position 0
-    (bool ``[num_tokens]``), or None for any other preset."""
+    (``positions`` ``[num_tokens]``, non-negative). Returns the positions, or None for any
+    other preset. No device work unless ``check_values``: a kernel reads the positions
+    itself, the reference ops compare them with 0."""
     if check_calibration(preset, calibration, num_kv_heads, head_dim, device) is None:
         return None
     if positions is None:
@@ -213,7 +214,7 @@ def check_calibrated_tokens(
         raise ShapeError(f"positions: has {pos.shape[0]} entries, expected num_tokens={num_tokens}")
     if check_values and num_tokens and int(pos.min()) < 0:
         raise RangeError("positions: a position is negative")
-    return pos == 0
+    return pos
 
 
 def check_store_args(
@@ -233,7 +234,7 @@ def check_store_args(
     sm = check_tensor(slot_mapping, "slot_mapping", ndim=1, dtypes=INDEX_DTYPES, device=key.device)
     if sm.shape[0] != n:
         raise ShapeError(f"slot_mapping: has {sm.shape[0]} entries, expected num_tokens={n} (key.shape[0])")
-    first = check_calibrated_tokens(p, calibration, positions, n, h, d, key.device, check_values)
+    pos = check_calibrated_tokens(p, calibration, positions, n, h, d, key.device, check_values)
     assert isinstance(kv_cache, torch.Tensor)
     num_slots = kv_cache.shape[0] * kv_cache.shape[1]
     if check_values and n:
@@ -243,7 +244,7 @@ def check_store_args(
         valid = sm[sm >= 0]
         if valid.numel() != torch.unique(valid).numel():
             raise RangeError("slot_mapping: the same slot appears twice in one call")
-    return StoreArgs(p, lay, p.kernel_fields(lay), num_slots, first)
+    return StoreArgs(p, lay, p.kernel_fields(lay), num_slots, pos)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ def encode_kv(
     ``[N]`` in their sequences (as :func:`tq_core.store`)."""
     p = check_encode_args(key, value, preset)
     n, h, d = key.shape
-    first = check_calibrated_tokens(p, calibration, positions, n, h, d, key.device)
+    pos = check_calibrated_tokens(p, calibration, positions, n, h, d, key.device)
+    first = None if pos is None else pos == 0
     return fields_to_slots(encode_fields(key, value, p, calibration, first), p, d)
 
 
@@ -53,7 +54,6 @@ def decode_kv(
         )
     first = None
     if calibration is not None:  # none: the coded vectors
-        first = check_calibrated_tokens(
-            p, calibration, positions, slots.shape[0], slots.shape[1], head_dim, slots.device
-        )
+        pos = check_calibrated_tokens(p, calibration, positions, slots.shape[0], slots.shape[1], head_dim, slots.device)
+        first = None if pos is None else pos == 0
     return decode_fields(slots_to_fields(slots, p, head_dim), p, head_dim, calibration=calibration, first=first)

@@ -143,7 +143,7 @@ def store(
     if idx.numel() == 0:
         return
     slots = slot_mapping[idx].long()
-    first = None if args.first is None else args.first[idx]
+    first = None if args.positions is None else args.positions[idx] == 0
     enc = encode_fields(key[idx], value[idx], args.preset, calibration, first)
     bs = args.layout.block_size
     write_fields(block_fields(kv_cache, args.layout), slots // bs, slots % bs, enc)

@@ -308,8 +308,8 @@ def store(
     cfg = config or store_config(key.device, p.name)
     grid = (triton.cdiv(n, cfg.block_t), h)
     if p.calibrated:
-        assert calibration is not None and positions is not None  # check_store_args requires them
-        cal = (positions, positions.stride(0), *calibration.kernel_vectors())
+        assert calibration is not None and args.positions is not None  # check_store_args requires them
+        cal = (args.positions, args.positions.stride(0), *calibration.kernel_vectors())
         vbounds = cached_value_codebook(p, d, key.device)[0]
     else:
         cal = (dummy(key.device), 0, *(dummy(key.device),) * 6)
