@@ -197,10 +197,10 @@ def attention_cfg(preset: str, query_len: int, rows: int = 0, head_dim: int = 0)
 
 def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
     """Every launch to compile. ``knobs``: also each attention launch with the knobs on that
-    the xpu path does not use by default (``KEY_LUT`` 2, the register table's integer
-    emulation, for 3-bit codebook keys; ``BALANCE``, ``split_budget``'s split sizes, and
-    ``SKIP_EMPTY``, ``skip_empty``, where the launch has kv splits), and the merge kernel
-    with ``SKIP_EMPTY``."""
+    the xpu path does not use by default (``KEY_LUT`` and ``VALUE_LUT`` 2, the register
+    tables' integer emulation, for 3- and 4-bit codebook keys and calibrated values;
+    ``BALANCE``, ``split_budget``'s split sizes, and ``SKIP_EMPTY``, ``skip_empty``, where
+    the launch has kv splits), and the merge kernel with ``SKIP_EMPTY``."""
     import tq_core
     from tq_triton.attention.kernel import MERGE_WARPS, attention_kernel, merge_kernel
     from tq_triton.attention.plan import kernel_constexprs, next_pow2, plan_block_q
@@ -221,7 +221,7 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
             fields = p.kernel_fields(p.block_layout(d, BLOCK_SIZE, NUM_KV_HEADS)).constexprs()
             scfg = _store_cached(XE2_DEVICE_NAME, name, ())
             scx = dict(fields, NUM_BOUNDS=0 if p.key_is_fp8 else (1 << p.key_bits) - 1, BLOCK_T=scfg.block_t)
-            scx["CODE_SEARCH"] = bool(scfg.code_search) and not p.key_is_fp8 and p.key_bits in (3, 4)
+            scx["CODE_SEARCH"] = bool(scfg.code_search)
             scx["CALIBRATED"] = p.calibrated
             scx["stride_sm"] = 1
             stypes = {"K": f"*{INPUT_DTYPE}", "V": f"*{INPUT_DTYPE}", "Cache": "*u8", "SlotMapping": "*i64"}
@@ -261,9 +261,11 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
                         types |= dict.fromkeys(CALIBRATION_ARGS, "*fp32")
                         variants = [("", cx, types)]
                         if knobs:
-                            lut = 2 if not p.key_is_fp8 and p.key_bits == 3 else 0
-                            kcx = dict(cx, KEY_LUT=lut, BALANCE=splits > 1, SKIP_EMPTY=splits > 1)
-                            variants.append((" knobs", kcx, dict(types, Centroids="*i32") if lut else types))
+                            lut = 2 if not p.key_is_fp8 and p.key_bits in (3, 4) else 0
+                            vlut = 2 if p.calibrated and p.value_bits in (3, 4) else 0
+                            kcx = dict(cx, KEY_LUT=lut, VALUE_LUT=vlut, BALANCE=splits > 1, SKIP_EMPTY=splits > 1)
+                            ktypes = dict(types, Centroids="*i32") if lut else types
+                            variants.append((" knobs", kcx, dict(ktypes, VCentroids="*i32") if vlut else ktypes))
                         for suffix, vcx, vtypes in variants:
                             yield Job.of(
                                 "attention",

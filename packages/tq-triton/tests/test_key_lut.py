@@ -1,7 +1,8 @@
-"""The experimental register table for 3-bit codebook keys (``key_lut``): the table and the
-permute constants against a model of PTX ``prmt`` on the host, the selectors against the
-bit stream, and attention with and without the table against tq_core (on the CPU the
-interpreter runs the table's Triton emulation; on an NVIDIA GPU the PTX itself)."""
+"""The register tables for codebook codes (``key_lut``: 3- and 4-bit keys, 3- and 4-bit
+calibrated values): the tables and the permute constants against a model of PTX ``prmt``
+on the host, the selectors against the bit stream, and attention with and without the
+tables against tq_core (on the CPU the interpreter runs the tables' Triton emulation; on an
+NVIDIA GPU the PTX itself)."""
 
 from __future__ import annotations
 
@@ -13,20 +14,34 @@ import torch
 from tqt_helpers import assert_close, make_batch, run_triton
 
 import tq_core
-from tq_triton.attention.plan import key_lut_mode
+from tq_triton.attention.plan import key_lut_mode, value_lut_mode
 from tq_triton.device import DeviceFacts
 from tq_triton.device_tensors import codebook
-from tq_triton.key_lut import _LUT_PTX, group_selectors, lut_words
+from tq_triton.key_lut import _LUT16_PTX, _LUT_PTX, SIGN_SELECTORS, group_selectors, lut_words
 from tq_triton.tuning import AttentionConfig
 
 LUT_PRESETS = ["turboquant_k3v4_nc", "turboquant_3bit_nc"]
+# 4-bit keys, and the calibrated formats' 3- and 4-bit values
+LUT16_PRESETS = ["turboquant_4bit_nc", "tq_k4v3", "tq_k4v4"]
 
 
 def prmt(a: int, b: int, sel: int) -> int:
-    """PTX ``prmt.b32 d, a, b, sel`` (default mode, selector nibbles 0..7): byte i of d is
-    byte ``sel``'s nibble i of the 8 bytes (a = bytes 0-3, b = bytes 4-7)."""
+    """PTX ``prmt.b32 d, a, b, sel`` (default mode): byte i of d is byte ``sel``'s nibble i
+    (bits 0-2) of the 8 bytes (a = bytes 0-3, b = bytes 4-7), or where the nibble's bit 3 is
+    set, that byte's top bit copied into all eight bits."""
     pool = (a & 0xFFFFFFFF) | ((b & 0xFFFFFFFF) << 32)
-    return sum(((pool >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i) for i in range(4))
+    out = 0
+    for i in range(4):
+        nib = (sel >> (4 * i)) & 15
+        byte = (pool >> (8 * (nib & 7))) & 0xFF
+        if nib & 8:
+            byte = 0xFF if byte & 0x80 else 0
+        out |= byte << (8 * i)
+    return out
+
+
+def _interleave_constants(ptx: str) -> tuple[int, int]:
+    return tuple(int(re.search(rf"prmt\.b32 {r}, l, h, (0x[0-9a-fA-F]+);", ptx)[1], 16) for r in "ab")
 
 
 @pytest.mark.parametrize("preset", LUT_PRESETS)
@@ -34,7 +49,7 @@ def prmt(a: int, b: int, sel: int) -> int:
 def test_permutes_of_the_table_give_every_centroid(preset, head_dim):
     # the PTX's four permutes (the selectors, then its two interleaving constants) over
     # every 4-code group whose codes are one value repeated, and two of four different codes
-    inter_a, inter_b = (int(re.search(rf"prmt\.b32 {r}, l, h, (0x[0-9a-fA-F]+);", _LUT_PTX.value)[1], 16) for r in "ab")
+    inter_a, inter_b = _interleave_constants(_LUT_PTX.value)
     cent = codebook(tq_core.get_preset(preset), head_dim, torch.device("cpu"))[2]
     bits = (cent.view(torch.int16).to(torch.int64) & 0xFFFF).tolist()
     la, lb, ha, hb = (w & 0xFFFFFFFF for w in lut_words(cent).tolist())
@@ -47,9 +62,47 @@ def test_permutes_of_the_table_give_every_centroid(preset, head_dim):
         assert got == [bits[c] for c in codes], f"codes {codes}"
 
 
+def _codebook16(preset: str, head_dim: int, values: bool) -> torch.Tensor:
+    p = tq_core.get_preset(preset)
+    if values:
+        return tq_core.value_codebook(p, head_dim, "cpu")[0].to(torch.float16)
+    return codebook(p, head_dim, torch.device("cpu"))[2]
+
+
+@pytest.mark.parametrize(("preset", "values"), [("turboquant_4bit_nc", False), ("tq_k4v4", True)])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_signed_permutes_of_the_16_entry_table_give_every_centroid(preset, values, head_dim):
+    # the 4-bit PTX on the host: magnitude selectors (lut16_values' rule), the permutes, the
+    # interleave, then the sign permutes of SIGN_SELECTORS and the mask the PTX applies
+    ptx = _LUT16_PTX.value
+    inter_a, inter_b = _interleave_constants(ptx)
+    assert [int(x, 16) for x in re.findall(r"prmt\.b32 m, \$6, r4, (0x[0-9a-f]+);", ptx)] == list(SIGN_SELECTORS)
+    assert ptx.count("and.b32 m, m, 0x80008000;") == 2 and "shl.b32 r4, $6, 4;" in ptx
+    cent = _codebook16(preset, head_dim, values)
+    bits = (cent.view(torch.int16).to(torch.int64) & 0xFFFF).tolist()
+    la, lb, ha, hb = (w & 0xFFFFFFFF for w in lut_words(cent).tolist())
+    groups = [[c] * 4 for c in range(16)] + [[3, 15, 0, 9], [12, 1, 8, 7], [6, 10, 14, 2]]
+    for codes in groups:
+        raw = sum(c << (4 * i) for i, c in enumerate(codes))
+        sel = sum((c & 7 if c & 8 else c ^ 7) << (4 * i) for i, c in enumerate(codes))
+        lo, hi = prmt(la, lb, sel), prmt(ha, hb, sel)
+        pair = [prmt(lo, hi, inter_a), prmt(lo, hi, inter_b)]
+        for k, sign_sel in enumerate(SIGN_SELECTORS):
+            m = prmt(raw, (raw << 4) & 0xFFFFFFFF, sign_sel)
+            pair[k] ^= ~m & 0x80008000
+        got = [pair[0] & 0xFFFF, pair[0] >> 16, pair[1] & 0xFFFF, pair[1] >> 16]
+        assert got == [bits[c] for c in codes], f"codes {codes}"
+
+
 def test_lut_words_rejects_other_tables():
-    with pytest.raises(ValueError, match="8 fp16"):
-        lut_words(torch.zeros(16, dtype=torch.float16))
+    with pytest.raises(ValueError, match="8 or 16 fp16"):
+        lut_words(torch.zeros(32, dtype=torch.float16))
+    with pytest.raises(ValueError, match="8 or 16 fp16"):
+        lut_words(torch.zeros(8, dtype=torch.float32))
+    lopsided = _codebook16("turboquant_4bit_nc", 128, False).clone()
+    lopsided[2] = lopsided[2] * 0.5
+    with pytest.raises(ValueError, match="symmetric"):
+        lut_words(lopsided)
 
 
 def test_group_selectors_match_the_bit_stream(gen):
@@ -78,7 +131,7 @@ def test_group_selectors_match_the_bit_stream(gen):
             assert int(out) == want, f"group {g}"
 
 
-def test_mode_follows_the_knob_and_only_3bit_codebook_keys():
+def test_mode_follows_the_knob_and_only_3_and_4_bit_codebooks():
     cpu = DeviceFacts("interpreter", False, (0, 0), 4)
     k3 = tq_core.get_preset("turboquant_k3v4_nc")
     # the default uses the table only where the byte permute is native (never the interpreter)
@@ -87,10 +140,19 @@ def test_mode_follows_the_knob_and_only_3bit_codebook_keys():
     assert key_lut_mode(k3, AttentionConfig(key_lut=0), cpu) == 0
     force = AttentionConfig(key_lut=2)
     assert key_lut_mode(tq_core.get_preset("turboquant_k8v4"), force, cpu) == 0
-    assert key_lut_mode(tq_core.get_preset("turboquant_4bit_nc"), force, cpu) == 0
+    assert key_lut_mode(tq_core.get_preset("turboquant_4bit_nc"), force, cpu) == 2
     assert key_lut_mode(tq_core.get_preset("turboquant_3bit_nc"), force, cpu) == 2
     nvidia = DeviceFacts("NVIDIA H200", True, (9, 0), 132)
     assert key_lut_mode(k3, AttentionConfig(), nvidia) == 1 == key_lut_mode(k3, force, nvidia)
+    # values: only the calibrated formats' 3- and 4-bit Lloyd-Max codes; 6-bit keys have none
+    k6v5 = tq_core.get_preset("tq_k6v5")
+    assert key_lut_mode(k6v5, force, cpu) == 0 == value_lut_mode(k6v5, force, cpu)
+    assert value_lut_mode(k3, force, cpu) == 0
+    for name in ("tq_k4v3", "tq_k4v4"):
+        p = tq_core.get_preset(name)
+        assert key_lut_mode(p, force, cpu) == 2 == value_lut_mode(p, force, cpu)
+        assert value_lut_mode(p, AttentionConfig(), cpu) == 0 == value_lut_mode(p, AttentionConfig(key_lut=0), nvidia)
+        assert value_lut_mode(p, AttentionConfig(), nvidia) == 1
 
 
 @pytest.mark.parametrize("key_lut", ["0", "2"])
@@ -102,4 +164,18 @@ def test_attention_with_and_without_the_register_table(preset, head_dim, group, 
     shape = {"head_dim": head_dim, "num_kv_heads": 2, "group": group}
     b = make_batch(gen, preset, [1, 17, 70, 129], [1, 1, 8, 5], device=device, **shape)
     for splits in (1, 4):
+        assert_close(*run_triton(b, splits=splits))
+
+
+@pytest.mark.parametrize("key_lut", ["0", "2"])
+@pytest.mark.parametrize(
+    ("preset", "head_dim", "group"), [("turboquant_4bit_nc", 64, 2), ("tq_k4v3", 128, 4), ("tq_k4v4", 64, 1)]
+)
+def test_attention_with_and_without_the_16_entry_tables(preset, head_dim, group, key_lut, gen, device, monkeypatch):
+    # 4-bit keys (every preset here) and the calibrated formats' 3-bit (tq_k4v3) and 4-bit
+    # (tq_k4v4) values from their tables, or gathered ("0")
+    monkeypatch.setenv("TQ_KEY_LUT", key_lut)
+    shape = {"head_dim": head_dim, "num_kv_heads": 2, "group": group}
+    b = make_batch(gen, preset, [1, 17, 70, 129], [1, 1, 8, 5], device=device, **shape)
+    for splits in (1, 3):
         assert_close(*run_triton(b, splits=splits))

@@ -11,6 +11,7 @@ from tqt_helpers import ON_GPU
 import tq_core
 import tq_triton
 from tq_core import unpack_codes
+from tq_core.testing import random_calibration
 from tq_triton.device_tensors import codebook
 from tq_triton.store import codebook_codes, codebook_codes_bsearch
 
@@ -100,20 +101,34 @@ def test_store_fp8_saturates(gen, device):
 def _codes_kernel(U, Bounds, Out, N: tl.constexpr, NUM_BOUNDS: tl.constexpr, SEARCH: tl.constexpr):
     i = tl.arange(0, N)
     if SEARCH:
-        codes = codebook_codes_bsearch(tl.load(U + i), Bounds, 3 if NUM_BOUNDS == 7 else 4)
+        codes = codebook_codes_bsearch(tl.load(U + i), Bounds, (NUM_BOUNDS + 1).bit_length() - 1)
     else:
         codes = codebook_codes(tl.load(U + i), Bounds, NUM_BOUNDS)
     tl.store(Out + i, codes.to(tl.int32))
 
 
+# every codebook the store searches: the keys of the codebook presets (3, 4 and 6 bits) and
+# the calibrated formats' values (3, 4 and 5 bits)
+CODEBOOKS = [(n, "key") for n, p in {**tq_core.PRESETS, **tq_core.CALIBRATED_PRESETS}.items() if not p.key_is_fp8] + [
+    (n, "value") for n in tq_core.CALIBRATED_PRESETS
+]
+
+
+def _bounds(preset: str, kind: str, head_dim: int, device: str) -> torch.Tensor:
+    p = tq_core.get_preset(preset)
+    if kind == "key":
+        return codebook(p, head_dim, torch.device(device))[1]
+    return tq_core.value_codebook(p, head_dim, device)[1]
+
+
 @pytest.mark.parametrize("search", [False, True])
-@pytest.mark.parametrize("preset", [n for n, p in tq_core.PRESETS.items() if not p.key_is_fp8])
-def test_codes_on_and_around_every_boundary(preset, search, gen, device):
+@pytest.mark.parametrize(("preset", "kind"), CODEBOOKS)
+def test_codes_on_and_around_every_boundary(preset, kind, search, gen, device):
     """The store's codes are the number of boundaries <= u (vLLM's rule: a coordinate on a
     boundary takes the upper code), also exactly on, just below and just above each boundary,
     and for infinities and NaN, counted (``search`` False) or by binary search (True, the
     store's ``code_search`` 1). The byte comparisons above exclude boundary codes."""
-    bounds = codebook(tq_core.get_preset(preset), 128, torch.device(device))[1]
+    bounds = _bounds(preset, kind, 128, device)
     below = torch.nextafter(bounds, torch.full_like(bounds, -float("inf")))
     above = torch.nextafter(bounds, torch.full_like(bounds, float("inf")))
     special = torch.tensor([float("inf"), -float("inf"), float("nan"), 0.0, -0.0], device=device)
@@ -128,19 +143,24 @@ def test_codes_on_and_around_every_boundary(preset, search, gen, device):
     torch.testing.assert_close(out, want, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("preset", [n for n, p in tq_core.PRESETS.items() if not p.key_is_fp8])
+@pytest.mark.parametrize("preset", sorted({n for n, _ in CODEBOOKS}))
 def test_binary_search_store_writes_the_same_bytes(preset, gen, device, monkeypatch):
     """The store with ``code_search`` 1 (``TQ_CODE_SEARCH=1``) writes the bytes of the
-    counting store, NaN and overflowing rows included."""
+    counting store, NaN and overflowing rows included (calibrated formats: keys and values)."""
     heads, d, n = 2, 128, 61
     k = (torch.randn(n, heads, d, generator=gen) * 3).to(device)
     v = torch.randn(n, heads, d, generator=gen).to(device)
     k[3, 1, 7] = float("nan")
     k[5, 0] = 1e20
+    v[8, 1, 2] = float("nan")
+    extra = {}
+    if tq_core.get_preset(preset).calibrated:
+        pos = torch.randint(0, 3, (n,), generator=gen).to(device)
+        extra = {"calibration": random_calibration(gen, heads, d).to(device), "positions": pos}
     first, second, nslots = caches(preset, d, 16, heads, gen, device, n)
     slots = torch.randperm(nslots, generator=gen)[:n].to(device)
     monkeypatch.setenv("TQ_CODE_SEARCH", "0")
-    tq_triton.store(k, v, first, slots, preset)
+    tq_triton.store(k, v, first, slots, preset, **extra)
     monkeypatch.setenv("TQ_CODE_SEARCH", "1")
-    tq_triton.store(k, v, second, slots, preset)
+    tq_triton.store(k, v, second, slots, preset, **extra)
     assert torch.equal(first, second)

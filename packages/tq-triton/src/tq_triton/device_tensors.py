@@ -55,6 +55,13 @@ def cached_lut_table(preset: Preset, head_dim: int, device: torch.device) -> tor
     return lut_words(cached_codebook(preset, head_dim, torch.device("cpu"))[2]).to(device)
 
 
+@functools.cache
+def cached_value_lut_table(preset: Preset, head_dim: int, device: torch.device) -> torch.Tensor:
+    """The register table of a calibrated format's 3- or 4-bit value codebook
+    (``key_lut.lut_words``), shared by every launch (launchers only)."""
+    return lut_words(cached_value_codebook(preset, head_dim, torch.device("cpu"))[1]).to(device)
+
+
 def lut_table(preset: Preset, head_dim: int, device: torch.device) -> torch.Tensor:
     """The register table of the fp16 codebook (``key_lut.lut_words``) on ``device``: a new
     tensor on every call."""

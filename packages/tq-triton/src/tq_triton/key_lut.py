@@ -1,5 +1,6 @@
-"""3-bit codebook keys looked up in a register table (``AttentionConfig.key_lut``; on by
-default where the device has a byte permute, see ``tuning.py``).
+"""Codebook codes looked up in a register table (``AttentionConfig.key_lut``; on by default
+where the device has a byte permute, see ``tuning.py``): 3-bit keys, 4-bit keys, and the
+3- and 4-bit Lloyd-Max values of tq's calibrated formats.
 
 The 8 fp16 centroids of a 3-bit codebook are 16 bytes: their low bytes fill two 32-bit
 words and their high bytes two more (:func:`lut_words`). A byte permute (PTX ``prmt``)
@@ -13,6 +14,11 @@ are 12 bits, 8 groups per 32-code chunk of 3 words. The selectors of the 8 group
 assembled by a ``tl.join`` tree first, so that the 4 centroids of every group come out in
 position order from one elementwise lookup.
 
+A 16-entry codebook does not fit one permute, but tq's are symmetric (centroid ``15 - c``
+is ``-centroid[c]``): the table holds the 8 magnitudes, a code's low 3 bits (flipped for
+the negative half) select its magnitude, and its bit 3 its sign, which two more permutes
+spread over the fp16 sign bits (:func:`lut16_values`): about two instructions per element.
+
 ``NATIVE`` 1 uses ``prmt`` through inline PTX (cuda only); 0 computes the same bytes with
 Triton integer operations (the interpreter, and any device without that instruction), so
 that everything but the PTX itself is tested on the CPU.
@@ -25,14 +31,14 @@ import triton
 import triton.language as tl
 
 
-def _lut_ptx(sel: int, lo: int, hi: int, out: str, sq: int) -> str:
+def _lut_ptx(sel: int, lo: int, hi: int, out: str, sq: int, regs: str = "") -> str:
     """The PTX of one lookup, its operands numbered by the caller: ``$sel`` selectors,
     ``$lo``/``$lo+1`` low-byte words, ``$hi``/``$hi+1`` high-byte words; ``out``: where the
     centroid pairs ``a`` (centroids 0, 1) and ``b`` (2, 3) go; ``$sq``: the float32 sum of
     the four squares, summed in pairs as fp16x2 (two terms per half, so rounding stays far
-    below the fp16 key's own)."""
+    below the fp16 key's own); ``regs``: more 32-bit registers that ``out`` uses."""
     return f"""{{
-.reg .b32 l, h, a, b, q;
+.reg .b32 l, h, a, b, q{regs};
 .reg .b16 q0, q1;
 .reg .f32 f0, f1;
 prmt.b32 l, ${lo}, ${lo + 1}, ${sel};
@@ -51,6 +57,36 @@ add.f32 ${sq}, f0, f1;
 
 # one lookup: the four centroids as fp16 ($0..$3), their squares' sum ($4)
 _LUT_PTX = tl.constexpr(_lut_ptx(5, 6, 8, "mov.b32 {$0, $1}, a;\nmov.b32 {$2, $3}, b;", 4))
+
+# the byte permutes that give each centroid of a 4-code group its sign (see _lut16_ptx)
+SIGN_SELECTORS = (0x80C0, 0x90D0)
+
+
+def _lut16_ptx() -> str:
+    """One lookup in a symmetric 16-entry codebook: ``$5`` magnitude selectors (4 nibbles,
+    0..7), ``$6`` the group's raw 4-bit codes (bits 0-15), ``$7``/``$8`` low-byte words,
+    ``$9``/``$10`` high-byte words; out: the four signed centroids as fp16 (``$0..$3``) and
+    the float32 sum of their squares (``$4``). A code's bit 3 is its sign (set: positive):
+    the permutes of ``SIGN_SELECTORS``, in sign-replicating mode (selector bit 3), spread the
+    bit 3 of codes 0 and 1 (then 2 and 3) over the bytes that hold their fp16 sign bits:
+    code 1's and 3's bit 3 are the top bits of the codes' bytes 0 and 1, code 0's and 2's
+    those of the codes shifted left by 4."""
+    sel_a, sel_b = SIGN_SELECTORS
+    sign = f"""shl.b32 r4, $6, 4;
+prmt.b32 m, $6, r4, {sel_a:#x};
+not.b32 m, m;
+and.b32 m, m, 0x80008000;
+xor.b32 a, a, m;
+prmt.b32 m, $6, r4, {sel_b:#x};
+not.b32 m, m;
+and.b32 m, m, 0x80008000;
+xor.b32 b, b, m;
+mov.b32 {{$0, $1}}, a;
+mov.b32 {{$2, $3}}, b;"""
+    return _lut_ptx(5, 7, 9, sign, 4, regs=", r4, m")
+
+
+_LUT16_PTX = tl.constexpr(_lut16_ptx())
 # one lookup: the centroids as two fp16 pairs in 32-bit registers ($0: 0 and 1, $1: 2 and
 # 3), their squares' sum ($2); where the caller keeps pairs, no register moves split them
 LUT_PAIRS_PTX = tl.constexpr(_lut_ptx(3, 4, 6, "mov.b32 $0, a;\nmov.b32 $1, b;", 2))
@@ -59,10 +95,16 @@ LUT_PAIRS_PTX = tl.constexpr(_lut_ptx(3, 4, 6, "mov.b32 $0, a;\nmov.b32 $1, b;",
 def lut_words(centroids_fp16: torch.Tensor) -> torch.Tensor:
     """The register table of an 8-entry fp16 codebook: int32 ``[4]`` = (low bytes of
     centroids 0-3, of 4-7, high bytes of 0-3, of 4-7), byte ``i`` of a word holding
-    centroid ``i`` (mod 4)."""
-    if centroids_fp16.numel() != 8 or centroids_fp16.dtype != torch.float16:
+    centroid ``i`` (mod 4). A 16-entry codebook must be symmetric (centroid ``15 - i`` is
+    ``-centroid[i]``, as every Lloyd-Max codebook of tq's is, bit for bit in fp16): its table
+    holds the 8 magnitudes, centroids 8-15 (:func:`lut16_values`)."""
+    if centroids_fp16.dtype != torch.float16 or centroids_fp16.numel() not in (8, 16):
         got = f"{centroids_fp16.dtype} {tuple(centroids_fp16.shape)}"
-        raise ValueError(f"lut_words: expected 8 fp16 centroids, got {got}")
+        raise ValueError(f"lut_words: expected 8 or 16 fp16 centroids, got {got}")
+    if centroids_fp16.numel() == 16:
+        if not torch.equal(centroids_fp16, -centroids_fp16.flip(0)):
+            raise ValueError("lut_words: a 16-entry codebook must be symmetric (centroid 15 - i == -centroid i)")
+        centroids_fp16 = centroids_fp16[8:]
     bits = centroids_fp16.detach().cpu().view(torch.int16).to(torch.int64) & 0xFFFF
     lo, hi = bits & 0xFF, bits >> 8
     words = []
@@ -165,3 +207,54 @@ def lut_keys(w0, w1, w2, Lut, T: tl.constexpr, D: tl.constexpr, NATIVE: tl.const
     # positions 4G + 2k + m: join(join(c0, c2), join(c1, c3)) flattens to c0, c1, c2, c3
     k16 = tl.join(tl.join(c0, c2), tl.join(c1, c3)).reshape(T, D)
     return k16, tl.sum(sq.reshape(T, D // 4), axis=1)
+
+
+@triton.jit
+def _lookup4_signed(sel, raw, la, lb, ha, hb, NATIVE: tl.constexpr):
+    """:func:`_lookup4` in a symmetric 16-entry table (:func:`lut16_values`): ``sel`` the
+    magnitude selectors, ``raw`` the four 4-bit codes (uint32, bits 0-15)."""
+    if NATIVE:
+        z = sel * 0
+        c0, c1, c2, c3, sq = tl.inline_asm_elementwise(
+            _LUT16_PTX,
+            "=h,=h,=h,=h,=f,r,r,r,r,r,r",
+            [sel, raw, z + la, z + lb, z + ha, z + hb],
+            dtype=(tl.float16, tl.float16, tl.float16, tl.float16, tl.float32),
+            is_pure=True,
+            pack=1,
+        )
+    else:
+        c0, c1, c2, c3, sq = _lookup4(sel, la, lb, ha, hb, False)
+        # bit 3 of a code is its sign (set: positive)
+        c0 = tl.where((raw & 0x8) != 0, c0, -c0)
+        c1 = tl.where((raw & 0x80) != 0, c1, -c1)
+        c2 = tl.where((raw & 0x800) != 0, c2, -c2)
+        c3 = tl.where((raw & 0x8000) != 0, c3, -c3)
+    return c0, c1, c2, c3, sq
+
+
+@triton.jit
+def lut16_values(w, Lut, T: tl.constexpr, D: tl.constexpr, NATIVE: tl.constexpr):
+    """fp16 centroids ``[T, D]`` of a tile of 4-bit codes of a symmetric codebook and each
+    token's squared centroid norm ``[T]``, as ``codebook_decode.codebook_keys`` returns them.
+    ``w``: the words ``[T, D // 8]`` (8 codes each, low nibble first); ``Lut``: int32 pointer
+    to :func:`lut_words`' table of the codebook's magnitudes (centroids 8-15).
+
+    Code ``c`` is ``+magnitude[c - 8]`` from 8 on and ``-magnitude[7 - c]`` below, so a
+    nibble's magnitude selector is ``c ^ 7`` where bit 3 is clear and ``c & 7`` where it is
+    set: one xor with 7 times the complement of bit 3, for the 8 nibbles of a word at once.
+    The 4-code groups are the words' low and high halves."""
+    Lut = Lut.to(tl.pointer_type(tl.int32))
+    la = tl.load(Lut).to(tl.uint32, bitcast=True)
+    lb = tl.load(Lut + 1).to(tl.uint32, bitcast=True)
+    ha = tl.load(Lut + 2).to(tl.uint32, bitcast=True)
+    hb = tl.load(Lut + 3).to(tl.uint32, bitcast=True)
+    below = ((w >> 3) & 0x11111111) ^ 0x11111111  # 1 in the nibbles of codes 0-7
+    sel = (w ^ (below * 7)) & 0x77777777
+    # [T, D // 8, 2]: a word's low half (codes 0-3) first
+    c0, c1, c2, c3, sq = _lookup4_signed(
+        tl.join(sel & 0xFFFF, sel >> 16), tl.join(w & 0xFFFF, w >> 16), la, lb, ha, hb, NATIVE
+    )
+    # positions 8W + 4H + 2k + m, as in lut_keys
+    v16 = tl.join(tl.join(c0, c2), tl.join(c1, c3)).reshape(T, D)
+    return v16, tl.sum(sq.reshape(T, D // 4), axis=1)

@@ -74,32 +74,43 @@ def _pick(c, hi, lo):
 
 
 @triton.jit
-def _seven(B):
-    """The seven float32 numbers at ``B``."""
+def _seven(B, S: tl.constexpr = 1):
+    """The seven float32 numbers at ``B + S * i - 1`` for ``i`` in 1..7: the boundaries that
+    split a codebook of ``8 * S`` codes into eighths."""
     return (
-        tl.load(B),
-        tl.load(B + 1),
-        tl.load(B + 2),
-        tl.load(B + 3),
-        tl.load(B + 4),
-        tl.load(B + 5),
-        tl.load(B + 6),
+        tl.load(B + S - 1),
+        tl.load(B + 2 * S - 1),
+        tl.load(B + 3 * S - 1),
+        tl.load(B + 4 * S - 1),
+        tl.load(B + 5 * S - 1),
+        tl.load(B + 6 * S - 1),
+        tl.load(B + 7 * S - 1),
     )
 
 
 @triton.jit
+def _eighth(u, Bounds, S: tl.constexpr):
+    """Which eighth (0..7) of a codebook of ``8 * S`` codes ``u`` falls in: three comparisons,
+    against boundaries picked by selects among the seven that split it (loaded once)."""
+    b0, b1, b2, b3, b4, b5, b6 = _seven(Bounds, S)
+    c2 = u >= b3
+    c1 = u >= _pick(c2, b5, b1)
+    c0 = u >= _pick(c2, _pick(c1, b6, b4), _pick(c1, b2, b0))
+    return c2.to(tl.uint32) * 4 + c1.to(tl.uint32) * 2 + c0.to(tl.uint32)
+
+
+@triton.jit
 def codebook_codes_bsearch(u, Bounds, KBITS: tl.constexpr):
-    """:func:`codebook_codes` for 3- and 4-bit codebooks by binary search: one comparison
-    per code bit against the boundary that splits the codes still possible (picked by
-    selects among the boundaries, loaded once). The same ``>=`` rule, so the same codes;
-    NaN compares false everywhere and takes code 0 as before."""
-    b0, b1, b2, b3, b4, b5, b6 = _seven(Bounds)
+    """:func:`codebook_codes` by binary search, for codebooks of 3 to 6 bits: one comparison
+    per code bit against the boundary that splits the codes still possible. 3 and 4 bits
+    pick every boundary by selects among boundaries loaded once; 5 and 6 bits find the
+    code's eighth that way, then gather the boundary of each remaining step from the
+    table (``KBITS - 3`` loads per coordinate, from a table of at most 63 numbers). The same
+    ``>=`` rule, so the same codes; NaN compares false everywhere and takes code 0."""
     if KBITS == 3:
-        c2 = u >= b3
-        c1 = u >= _pick(c2, b5, b1)
-        c0 = u >= _pick(c2, _pick(c1, b6, b4), _pick(c1, b2, b0))
-        return c2.to(tl.uint32) * 4 + c1.to(tl.uint32) * 2 + c0.to(tl.uint32)
-    else:
+        return _eighth(u, Bounds, 1)
+    elif KBITS == 4:
+        b0, b1, b2, b3, b4, b5, b6 = _seven(Bounds)
         b7 = tl.load(Bounds + 7)
         b8, b9, b10, b11, b12, b13, b14 = _seven(Bounds + 8)
         c3 = u >= b7
@@ -109,6 +120,13 @@ def codebook_codes_bsearch(u, Bounds, KBITS: tl.constexpr):
         t_lo = _pick(c2, _pick(c1, b6, b4), _pick(c1, b2, b0))
         c0 = u >= _pick(c3, t_hi, t_lo)
         return c3.to(tl.uint32) * 8 + c2.to(tl.uint32) * 4 + c1.to(tl.uint32) * 2 + c0.to(tl.uint32)
+    else:
+        S: tl.constexpr = 1 << (KBITS - 3)
+        codes = _eighth(u, Bounds, S) * S
+        for level in tl.static_range(KBITS - 3):
+            probe = codes + (S >> (level + 1))
+            codes = tl.where(u >= tl.load(Bounds + (probe - 1)), probe, codes)
+        return codes
 
 
 @triton.jit
@@ -134,7 +152,7 @@ def _lloyd_max_code(
     inv = tl.where(norm > 0, 1.0 / (tl.where(norm > 0, norm, 1.0) * tl.sqrt(D * 1.0)), 0.0)
     inv = tl.where(bad, float("nan"), inv)
     u = y * inv[:, None]
-    if CODE_SEARCH:
+    if CODE_SEARCH and BITS >= 3:
         codes = codebook_codes_bsearch(u, Bounds, BITS)
     else:
         codes = codebook_codes(u, Bounds, NUM_BOUNDS)
@@ -233,7 +251,7 @@ def _store_kernel(
     v = tl.load(V + t[:, None] * stride_vt + h * stride_vh + d[None, :], mask=ok[:, None], other=0.0).to(tl.float32)
     if CALIBRATED:
         v = _coded(v, first, ValueGain, ValueOffset, ValueFirstOffset, ch)
-        vcodes, vnorm = _lloyd_max_code(v, VBounds, BLOCK_T, D, LOG2_D, VBITS, (1 << VBITS) - 1, False)
+        vcodes, vnorm = _lloyd_max_code(v, VBounds, BLOCK_T, D, LOG2_D, VBITS, (1 << VBITS) - 1, CODE_SEARCH)
         vptr = field_ptr(base, off, VAL_OFF, VAL_BYTES).to(tl.pointer_type(tl.int32))
         store_codes(vptr, ok, vcodes, VBITS, D, BLOCK_T)
         sptr = field_ptr(base, off, SCALE_OFF, FP16_BYTES).to(tl.pointer_type(tl.float16))
@@ -333,7 +351,7 @@ def store(
         **args.fields.constexprs(),
         NUM_BOUNDS=0 if p.key_is_fp8 else (1 << p.key_bits) - 1,
         BLOCK_T=cfg.block_t,
-        CODE_SEARCH=bool(cfg.code_search) and not p.key_is_fp8 and p.key_bits in (3, 4),
+        CODE_SEARCH=bool(cfg.code_search),
         CALIBRATED=p.calibrated,
         num_warps=cfg.num_warps,
         **launch_options(key.device),

@@ -89,10 +89,10 @@ class AttentionConfig:
 class StoreConfig:
     block_t: int = 16
     num_warps: int = 4
-    # 1 finds 3- and 4-bit codebook codes by binary search over the boundaries (one
-    # comparison per code bit; the H200 table's entries for the three codebook presets); 0
-    # counts the boundaries at or below each coordinate (one comparison per boundary). Both
-    # give the same codes.
+    # 1 finds codebook codes (keys, and calibrated formats' values) by binary search over
+    # the boundaries (one comparison per code bit; the H200 table's entries for the codebook
+    # presets); 0 counts the boundaries at or below each coordinate (one comparison per
+    # boundary). Both give the same codes.
     code_search: int = 0
 
 

@@ -91,6 +91,7 @@ def attention_kernel(
     BALANCE: tl.constexpr = False,
     SKIP_EMPTY: tl.constexpr = False,
     CALIBRATED: tl.constexpr = False,
+    VALUE_LUT: tl.constexpr = 0,
 ):
     """``PREFETCH``: issue each tile's loads one iteration ahead of its decoding (and its
     block ids two ahead), by hand; the loop then carries no ``num_stages`` of its own
@@ -98,7 +99,8 @@ def attention_kernel(
     and Triton's pipeliner stages the loads over ``LOOP_STAGES`` stages.
     ``SATURATE_QUERY``: clamp the scaled query to ±65504 before its round-toward-zero
     fp16 cast; False where that cast saturates by itself (see ``device.DeviceFacts.cast_saturates``).
-    ``KEY_LUT``: see ``tile.attend_tile`` (``Centroids`` is then the register table).
+    ``KEY_LUT``, ``VALUE_LUT``: see ``tile.attend_tile`` (``Centroids``, ``VCentroids``
+    are then register tables).
     ``BALANCE``: the kv splits are
     sized from the batch's lengths for about ``split_programs`` programs
     (``bounds.balanced_chunk``); otherwise each request's sequence is divided evenly.
@@ -260,6 +262,7 @@ def attention_kernel(
                     NORM_CORRECTION=NORM_CORRECTION,
                     KEY_LUT=KEY_LUT,
                     CALIBRATED=CALIBRATED,
+                    VALUE_LUT=VALUE_LUT,
                 )
 
             a, b = output_factors(l_i, r_i, f_i, q_bad)

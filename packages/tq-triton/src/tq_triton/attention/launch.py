@@ -11,7 +11,7 @@ from tq_core import LayerCalibration, Preset, RangeError, ShapeError
 from tq_core.contract import check_attention_args, debug_enabled
 
 from ..device import device_facts
-from ..device_tensors import cached_codebook, cached_lut_table, cached_value_codebook, dummy
+from ..device_tensors import cached_codebook, cached_lut_table, cached_value_codebook, cached_value_lut_table, dummy
 from ..tuning import AttentionConfig
 from .gluon_launch import launch_gluon
 from .kernel import MERGE_WARPS, attention_kernel, merge_kernel
@@ -186,7 +186,7 @@ def attention(
             kernel_args[5] = _centroids(p, d, dev, bool(plan.constexprs["KEY_LUT"]))
         attention_kernel[grid](
             *kernel_args,
-            *_calibration_args(p, calibration, d, dev),
+            *_calibration_args(p, calibration, d, dev, bool(plan.constexprs["VALUE_LUT"])),
             **plan.constexprs,
             num_warps=plan.cfg.num_warps,
             **plan.options,
@@ -222,14 +222,19 @@ def _centroids(preset: Preset, head_dim: int, device: torch.device, table: bool)
 
 
 def _calibration_args(
-    preset: Preset, calibration: LayerCalibration | None, head_dim: int, device: torch.device
+    preset: Preset, calibration: LayerCalibration | None, head_dim: int, device: torch.device, table: bool
 ) -> tuple[torch.Tensor, ...]:
     """The portable kernel's calibration pointers (key gain, offset, first offset; the same for
-    values) and the value codebook: placeholders for vLLM's presets."""
+    values) and the value codebook (``key_lut``'s register table where ``table``, else the
+    fp16 codebook): placeholders for vLLM's presets."""
     if not preset.calibrated:
         return (dummy(device),) * 7
     assert calibration is not None  # check_attention_args requires it
-    return (*calibration.kernel_vectors(), cached_value_codebook(preset, head_dim, device)[1])
+    if table:
+        values = cached_value_lut_table(preset, head_dim, device)
+    else:
+        values = cached_value_codebook(preset, head_dim, device)[1]
+    return (*calibration.kernel_vectors(), values)
 
 
 def _kernel_query_scaling(scale: float) -> tuple[float, float]:

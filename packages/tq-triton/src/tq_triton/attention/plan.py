@@ -120,16 +120,28 @@ def _log_portable(reason: str) -> None:
     logger.warning("tq_triton: the tuning table asks for the Gluon kernel; the portable kernel runs: %s", reason)
 
 
-def key_lut_mode(preset: Preset, cfg: AttentionConfig, facts: DeviceFacts) -> int:
-    """The kernel's ``KEY_LUT`` for 3-bit codebook keys (0 for other presets): 1, PTX byte
-    permutes, on NVIDIA GPUs when ``cfg.key_lut`` is 1 or 2; 2, the same table in Triton
-    integer operations, elsewhere when ``cfg.key_lut`` is 2; else 0 (centroids gathered
-    from memory)."""
-    if not cfg.key_lut or preset.key_is_fp8 or preset.key_bits != 3:
+def _table_mode(bits: int, cfg: AttentionConfig, facts: DeviceFacts) -> int:
+    """The register-table mode for codes of ``bits`` bits: 1, PTX byte permutes, on NVIDIA
+    GPUs when ``cfg.key_lut`` is 1 or 2; 2, the same table in Triton integer operations,
+    elsewhere when ``cfg.key_lut`` is 2; else 0 (centroids gathered from memory). Only 3-
+    and 4-bit codebooks have a table (``key_lut.lut_words``)."""
+    if not cfg.key_lut or bits not in (3, 4):
         return 0
     if facts.nvidia:
         return 1
     return 2 if cfg.key_lut == 2 else 0
+
+
+def key_lut_mode(preset: Preset, cfg: AttentionConfig, facts: DeviceFacts) -> int:
+    """The kernel's ``KEY_LUT`` for 3- and 4-bit codebook keys (0 for fp8 and wider keys):
+    see :func:`_table_mode`."""
+    return 0 if preset.key_is_fp8 else _table_mode(preset.key_bits, cfg, facts)
+
+
+def value_lut_mode(preset: Preset, cfg: AttentionConfig, facts: DeviceFacts) -> int:
+    """The kernel's ``VALUE_LUT`` for the 3- and 4-bit Lloyd-Max values of calibrated formats
+    (0 for other presets): see :func:`_table_mode`."""
+    return _table_mode(preset.value_bits, cfg, facts) if preset.calibrated else 0
 
 
 def kernel_constexprs(
@@ -143,12 +155,13 @@ def kernel_constexprs(
     *,
     saturate_query: bool = True,
     key_lut: int = 0,
+    value_lut: int = 0,
 ) -> dict[str, object]:
     """The portable kernel's compile-time arguments for one launch (the Gluon kernel takes
     those of them it has): the launcher passes them, and the Xe2 compile check compiles
     exactly these. ``fields``: ``KernelFields.constexprs()`` of the cache layout;
-    ``saturate_query``: not ``DeviceFacts.cast_saturates``; ``key_lut``:
-    :func:`key_lut_mode`."""
+    ``saturate_query``: not ``DeviceFacts.cast_saturates``; ``key_lut``, ``value_lut``:
+    :func:`key_lut_mode`, :func:`value_lut_mode`."""
     return dict(
         G=group,
         G_PAD=next_pow2(group),
@@ -166,6 +179,7 @@ def kernel_constexprs(
         SATURATE_QUERY=saturate_query,
         KEY_LUT=key_lut,
         CALIBRATED=preset.calibrated,
+        VALUE_LUT=value_lut,
     )
 
 
@@ -244,6 +258,7 @@ def plan_attention(
             block_q,
             saturate_query=not facts.cast_saturates,
             key_lut=key_lut,
+            value_lut=value_lut_mode(preset, cfg, facts),
         ),
         options=options,
     )

@@ -24,7 +24,7 @@ import triton.language as tl
 from ..bitpack import load_words, unpack
 from ..cache_fields import FP16_BYTES, field_ptr
 from ..codebook_decode import codebook_keys
-from ..key_lut import lut_keys
+from ..key_lut import lut16_values, lut_keys
 from .online_softmax import row_sum, tile_step, value_mid
 
 
@@ -114,14 +114,16 @@ def attend_tile(
     NORM_CORRECTION: tl.constexpr,
     KEY_LUT: tl.constexpr = 0,
     CALIBRATED: tl.constexpr = False,
+    VALUE_LUT: tl.constexpr = 0,
 ):
     """Decode one loaded tile (:func:`load_tile`'s tuple) and fold it into the online
     softmax state ``(m_i, l_i, acc, r_i, f_i)``, which it returns updated, by
     ``online_softmax.tile_step`` (the rule both kernels share). The query is
-    ``q16 * q_scale`` (a scalar power of two, a kernel argument). ``KEY_LUT`` (3-bit
-    codebook keys only): 0 gathers the centroids from ``Centroids`` (the fp16 codebook);
-    1 and 2 look them up in a register table (``Centroids`` is then ``key_lut.lut_words``'
-    table), 1 through PTX (cuda), 2 emulated.
+    ``q16 * q_scale`` (a scalar power of two, a kernel argument). ``KEY_LUT`` (3- and
+    4-bit codebook keys only): 0 gathers the centroids from ``Centroids`` (the fp16
+    codebook); 1 and 2 look them up in a register table (``Centroids`` is then
+    ``key_lut.lut_words``' table), 1 through PTX (cuda), 2 emulated. ``VALUE_LUT``: the same
+    for the 3- and 4-bit Lloyd-Max values of calibrated formats and ``VCentroids``.
 
     ``CALIBRATED`` (tq's calibrated formats, docs/format.md): ``first_bias`` ``[M]`` is added
     to each row's score of position 0 (the query's product with ``mu0 - mu``), the values
@@ -135,8 +137,10 @@ def attend_tile(
         k16 = ckw[0].to(tl.float8e4nv, bitcast=True).to(tl.float16)
         s = tl.dot(q16, tl.trans(k16))
     else:
-        if KEY_LUT:
+        if KEY_LUT and KBITS == 3:
             k16, cn2 = lut_keys(ckw[0], ckw[1], ckw[2], Centroids, BLOCK_KV, D, KEY_LUT == 1)
+        elif KEY_LUT:
+            k16, cn2 = lut16_values(ckw[0], Centroids, BLOCK_KV, D, KEY_LUT == 1)
         else:
             k16, cn2 = codebook_keys(ckw, Centroids, KBITS, BLOCK_KV, D)
         if q16.shape[0] >= 64:
@@ -156,7 +160,12 @@ def attend_tile(
     visible = row_ok[:, None] & (pos[None, :] < hi) & (pos[None, :] <= row_pos[:, None])
     s = tl.where(visible, s, float("-inf"))
     if CALIBRATED:
-        v16, vcn2 = codebook_keys(cvw, VCentroids, VBITS, BLOCK_KV, D)
+        if VALUE_LUT and VBITS == 3:
+            v16, vcn2 = lut_keys(cvw[0], cvw[1], cvw[2], VCentroids, BLOCK_KV, D, VALUE_LUT == 1)
+        elif VALUE_LUT:
+            v16, vcn2 = lut16_values(cvw[0], VCentroids, BLOCK_KV, D, VALUE_LUT == 1)
+        else:
+            v16, vcn2 = codebook_keys(cvw, VCentroids, VBITS, BLOCK_KV, D)
         if q16.shape[0] >= 64:
             # pins the value tile's layout, as for the keys above (Triton 3.6, 64 query rows)
             v16 = tl.where((pos < hi)[:, None], v16, 0.0)

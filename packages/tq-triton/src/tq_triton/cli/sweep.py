@@ -48,7 +48,7 @@ MODES = {"prefetch": 1, "pipeline": 0}
 # the AttentionConfig fields swept as plain value lists: (flag, field, allowed values or None
 # for any integer >= 0, what the value means; tuning.AttentionConfig documents each)
 KNOB_OPTIONS = (
-    ("--key-lut", "key_lut", (0, 1, 2), "3-bit keys from a register table where native (1), always (2), never (0)"),
+    ("--key-lut", "key_lut", (0, 1, 2), "3/4-bit codes from register tables where native (1), always (2), never (0)"),
     ("--min-rows", "min_rows", (16, 32, 64, 128), "the fewest query rows per tile (more query tokens per program)"),
     ("--gluon", "gluon", (0, 1), "1: the explicit-layout kernel where it applies, 0: the portable kernel"),
     ("--wgmma", "wgmma", (0, 1), "with --gluon 1: Hopper's warpgroup products for 64-row tiles on sm_90"),
