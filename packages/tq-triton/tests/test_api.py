@@ -338,6 +338,9 @@ BUCKETS = {"*"} | {
 }
 
 
+KNOWN_PRESETS = {**tq_core.PRESETS, **tq_core.CALIBRATED_PRESETS}
+
+
 @pytest.mark.parametrize("name", SHIPPED_TABLES)
 def test_shipped_tables_hold_only_what_the_loader_reads(name):
     """Every shipped table loads, and each of its entries is a valid launch parameter that the
@@ -349,7 +352,7 @@ def test_shipped_tables_hold_only_what_the_loader_reads(name):
     assert t["match"] and all(isinstance(m, str) and m for m in t["match"])
     att_fields = {f.name for f in fields(tuning.AttentionConfig)}
     for section, buckets in t.get("attention", {}).items():
-        assert section == "default" or section in tq_core.PRESETS, section
+        assert section == "default" or section in KNOWN_PRESETS, section
         for bucket, entry in buckets.items():
             assert bucket in BUCKETS, (section, bucket)
             assert entry and set(entry) <= att_fields, (section, bucket, set(entry) - att_fields)
@@ -357,7 +360,7 @@ def test_shipped_tables_hold_only_what_the_loader_reads(name):
                 tuning._validate(k, v, f"{name}:{section}:{bucket}")
     store_fields = {f.name for f in fields(tuning.StoreConfig)}
     for section, entry in t.get("store", {}).items():
-        assert section == "*" or section in tq_core.PRESETS, section
+        assert section == "*" or section in KNOWN_PRESETS, section
         assert entry and set(entry) <= store_fields, (section, set(entry) - store_fields)
         for k, v in entry.items():
             tuning._validate(k, v, f"{name}:store:{section}")
