@@ -1,9 +1,12 @@
-"""Sessions for every tq package. `nox -t tests`: the quick tests; `nox -t full`: every test (CI).
+"""Sessions for every tq package. `nox -t tests`: the quick tests; `nox -t ci`: what CI runs;
+`nox -t full`: every test.
 
-`nox -s demo` runs the demo. `nox -s tests-served` runs the served-model tests (tags `served`
-and `full`: a real model behind vLLM's OpenAI server, about 20 minutes on 2 cores).
+`nox -s demo` runs the demo. `nox -s tests-served` runs the served-model tests (tags `served`,
+`ci` and `full`: a real model behind vLLM's OpenAI server, 20 to 28 minutes on 2 cores).
 The quick sessions (tests-triton, tests-vllm, xpu_compile) run a cover of the parametrised cases
-and compiles; their `-full` twins run all of them; the other test sessions carry both tags.
+and compiles; their `-full` twins run all of them. `ci` is the quick sessions with
+`xpu_compile-full` in place of `xpu_compile`, plus `tests-served`; the other test sessions
+carry every tag.
 
 Each package's sessions live in ``nox_sessions/<package>.py`` so that they can evolve
 independently; importing them registers the sessions.

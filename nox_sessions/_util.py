@@ -114,15 +114,17 @@ def pytest(session: nox.Session, path: str, *args: str) -> None:
     session.run("python", "-m", "pytest", path, "-ra", "-q", "-p", "no:cacheprovider", *args, *session.posargs)
 
 
-def collect_quick(session: nox.Session, tests: str, *args: str) -> None:
-    """Collect ``tests`` with ``TQ_TEST_QUICK=1`` (the quick sessions' selection, made by the
-    tests' conftest.py) and print what it keeps: the full sessions run this so that CI, which
-    runs only those, still checks the selection the quick sessions make."""
+def collect_selection(session: nox.Session, tests: str, *args: str, quick: bool) -> None:
+    """Collect ``tests`` with the other session's selection (``TQ_TEST_QUICK=1`` where
+    ``quick``, made by the tests' conftest.py; else every case) and print what it keeps: each
+    of a quick/full pair of sessions runs this for its twin, so that a selection that no
+    longer collects fails whichever of the two runs (CI runs the quick ones)."""
     cmd = ("python", "-m", "pytest", tests, "--collect-only", "-q", "-p", "no:cacheprovider", *args)
-    out = session.run(*cmd, env={"TQ_TEST_QUICK": "1"}, silent=True)
+    flag = "1" if quick else "0"
+    out = session.run(*cmd, env={"TQ_TEST_QUICK": flag}, silent=True)
     if isinstance(out, str):  # nox --install-only / dry runs return None
-        lines = out.strip().splitlines()
-        session.log(f"the quick selection (TQ_TEST_QUICK=1): {lines[-1] if lines else 'no output'}")
+        last = (out.strip().splitlines() or ["no output"])[-1]
+        session.log(f"the {'quick' if quick else 'full'} selection (TQ_TEST_QUICK={flag}): {last}")
 
 
 def see_host_packages(session: nox.Session) -> None:

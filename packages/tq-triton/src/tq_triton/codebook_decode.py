@@ -6,7 +6,8 @@ the words as loaded (``[T, W]``, each thread holding whole words), and a ``tl.jo
 tree assembles the ``[T, D]`` operand, as ``bitpack.unpack`` does for codes. The squared
 centroid norm that norm correction needs is summed in the same tree, inside each
 thread: summed on the assembled tile instead, where ``D`` is spread over lanes, it would
-cost shuffles and replicated divisions per token.
+cost shuffles and replicated divisions per token. :func:`codebook_tile` picks this gather
+or ``key_lut``'s register tables (3- and 4-bit codebooks).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import triton
 import triton.language as tl
 
 from .bitpack import chunk_code
+from .key_lut import lut16_values, lut_keys
 
 
 @triton.jit
@@ -76,3 +78,16 @@ def codebook_keys(ws, Centroids, BITS: tl.constexpr, T: tl.constexpr, D: tl.cons
         a, sa = _tree4(ws, Centroids, BITS, 0, 2)
         b, sb = _tree4(ws, Centroids, BITS, 1, 2)
     return tl.join(a, b).reshape(T, D), tl.sum(sa + sb, axis=1)
+
+
+@triton.jit
+def codebook_tile(ws, Table, BITS: tl.constexpr, T: tl.constexpr, D: tl.constexpr, TABLE: tl.constexpr):
+    """:func:`codebook_keys` for keys or calibrated values: ``TABLE`` 0 gathers the centroids
+    from ``Table`` (the fp16 codebook); 1 (PTX) and 2 (emulated) look them up in the register
+    table of a 3- or 4-bit codebook (``Table`` is then ``key_lut.lut_words``' table)."""
+    if TABLE and BITS == 3:
+        return lut_keys(ws[0], ws[1], ws[2], Table, T, D, TABLE == 1)
+    elif TABLE:
+        return lut16_values(ws[0], Table, T, D, TABLE == 1)
+    else:
+        return codebook_keys(ws, Table, BITS, T, D)

@@ -23,8 +23,7 @@ import triton.language as tl
 
 from ..bitpack import load_words, unpack
 from ..cache_fields import FP16_BYTES, field_ptr
-from ..codebook_decode import codebook_keys
-from ..key_lut import lut16_values, lut_keys
+from ..codebook_decode import codebook_tile
 from .online_softmax import row_sum, tile_step, value_mid
 
 
@@ -137,12 +136,7 @@ def attend_tile(
         k16 = ckw[0].to(tl.float8e4nv, bitcast=True).to(tl.float16)
         s = tl.dot(q16, tl.trans(k16))
     else:
-        if KEY_LUT and KBITS == 3:
-            k16, cn2 = lut_keys(ckw[0], ckw[1], ckw[2], Centroids, BLOCK_KV, D, KEY_LUT == 1)
-        elif KEY_LUT:
-            k16, cn2 = lut16_values(ckw[0], Centroids, BLOCK_KV, D, KEY_LUT == 1)
-        else:
-            k16, cn2 = codebook_keys(ckw, Centroids, KBITS, BLOCK_KV, D)
+        k16, cn2 = codebook_tile(ckw, Centroids, KBITS, BLOCK_KV, D, KEY_LUT)
         if q16.shape[0] >= 64:
             # no-op for the result (masked tokens' scores are discarded below); it pins the
             # tile's layout: without it Triton 3.6 moves the dot operand's shared-memory
@@ -160,12 +154,7 @@ def attend_tile(
     visible = row_ok[:, None] & (pos[None, :] < hi) & (pos[None, :] <= row_pos[:, None])
     s = tl.where(visible, s, float("-inf"))
     if CALIBRATED:
-        if VALUE_LUT and VBITS == 3:
-            v16, vcn2 = lut_keys(cvw[0], cvw[1], cvw[2], VCentroids, BLOCK_KV, D, VALUE_LUT == 1)
-        elif VALUE_LUT:
-            v16, vcn2 = lut16_values(cvw[0], VCentroids, BLOCK_KV, D, VALUE_LUT == 1)
-        else:
-            v16, vcn2 = codebook_keys(cvw, VCentroids, VBITS, BLOCK_KV, D)
+        v16, vcn2 = codebook_tile(cvw, VCentroids, VBITS, BLOCK_KV, D, VALUE_LUT)
         if q16.shape[0] >= 64:
             # pins the value tile's layout, as for the keys above (Triton 3.6, 64 query rows)
             v16 = tl.where((pos < hi)[:, None], v16, 0.0)
