@@ -4,9 +4,8 @@
 `nox -s demo` runs the demo. `nox -s tests-served` runs the served-model tests (tags `served`,
 `ci` and `full`: a real model behind vLLM's OpenAI server, 20 to 28 minutes on 2 cores).
 The quick sessions (tests-triton, tests-vllm, xpu_compile) run a cover of the parametrised cases
-and compiles; their `-full` twins run all of them. `ci` is the quick sessions with
-`xpu_compile-full` in place of `xpu_compile`, plus `tests-served`; the other test sessions
-carry every tag.
+and compiles; their `-full` twins run all of them. `ci` is the quick sessions plus
+`tests-served`; the other test sessions carry every tag.
 
 Each package's sessions live in ``nox_sessions/<package>.py`` so that they can evolve
 independently; importing them registers the sessions.

@@ -1,13 +1,14 @@
 """Intel xpu sessions.
 
-- ``xpu_compile-full`` (CI: ``nox -t ci``; also ``-t full``): compiles every tq-triton kernel
-  the xpu path launches (store, attention, merge; each preset, head_dim 64/128/256, GQA groups 1/4/8, q
+- ``xpu_compile-full`` (``nox -t full``): compiles every tq-triton kernel the xpu path
+  launches (store, attention, merge; each preset, head_dim 64/128/256, GQA groups 1/4/8, q
   buckets 1..16, the Xe2 tuning table's configurations) for an Intel Xe2 target to SPIR-V with
   Intel's Triton, on a machine without an Intel GPU, and checks that the attention products
   use DPAS layouts, that no inline assembly reaches the LLVM IR and that each kernel's shared
   local memory fits an Xe2 work-group. The compiles run in parallel (``TQ_XPU_COMPILE_JOBS``,
   default every CPU). See nox_sessions/xpu_compile_check.py and docs/xpu.md. Nothing is run.
-- ``xpu_compile`` (``nox -t tests``): the same checks on a cover of those launches
+- ``xpu_compile`` (``nox -t tests``, and CI's ``nox -t ci``): the same checks on a cover of
+  those launches
   (``--cover``: each kernel with each preset, head_dim, GQA group, q bucket and table
   configuration at least once).
 """
@@ -90,7 +91,7 @@ def _compile(session: nox.Session, *args: str) -> None:
         session.run("python", str(CHECK), *args, *session.posargs, env=env)
 
 
-@nox.session(tags=["tests"])
+@nox.session(tags=["tests", "ci"])
 def xpu_compile(session: nox.Session) -> None:
     """A cover of tq-triton's xpu launches compiled for Intel Xe2 to SPIR-V (Intel's Triton 3.3;
     no GPU, nothing run): each kernel with each preset, head_dim, GQA group, q bucket, tile
@@ -98,12 +99,12 @@ def xpu_compile(session: nox.Session) -> None:
     _compile(session, "--cover")
 
 
-@nox.session(name="xpu_compile-full", tags=["ci", "full"])
+@nox.session(name="xpu_compile-full", tags=["full"])
 def xpu_compile_full(session: nox.Session) -> None:
     """Every tq-triton xpu launch compiled for Intel Xe2 to SPIR-V (Intel's Triton 3.3; no GPU,
     nothing run)."""
     _compile(session)
-    # CI runs this session, not xpu_compile: check that its cover is still chosen (no compiles)
+    # the cover that xpu_compile (and CI) compiles is still chosen (no compiles)
     out = session.run("python", str(CHECK), "--cover", "--list", silent=True)
     if isinstance(out, str):  # nox --install-only / dry runs return None
         session.log(f"xpu_compile's cover (--cover): {out.strip().splitlines()[-1]}")
