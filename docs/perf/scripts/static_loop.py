@@ -33,6 +33,8 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 import tq_core
+from tq_triton.attention.plan import kernel_constexprs
+from tq_triton.tuning import AttentionConfig
 
 # the attention package's kernel module (tq_triton/attention/kernel.py)
 KERNEL = importlib.import_module("tq_triton.attention.kernel")
@@ -47,23 +49,20 @@ LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
 def compile_kernel(args: argparse.Namespace):
     p = tq_core.get_preset(args.preset)
     lay = p.block_layout(args.head_dim, 16, args.kv_heads)
-    consts = dict(
+    # the constexprs as the launcher passes them on an NVIDIA GPU (attention/plan.py);
+    # 3- and 4-bit codebook keys have a register table (key_lut_mode)
+    table = bool(args.key_lut) and not p.key_is_fp8 and p.key_bits in (3, 4)
+    cfg = AttentionConfig(block_kv=args.block_kv, num_stages=args.stages, prefetch=args.prefetch)
+    consts = kernel_constexprs(
+        p,
         p.kernel_fields(lay).constexprs(),
-        G=args.group,
-        G_PAD=args.group,
-        NUM_Q_HEADS=args.group * args.kv_heads,
-        NUM_SPLITS=args.splits,
-        BLOCK_Q=args.block_q,
-        BLOCK_KV=args.block_kv,
-        NORM_CORRECTION=p.norm_correction,
-        PREFETCH=args.prefetch,
-        # as the launcher passes it: the prefetch mode stages loads by hand, without num_stages
-        LOOP_STAGES=None if args.prefetch else args.stages,
-        # as the launcher passes them on an NVIDIA GPU (attention/launch.py)
-        SATURATE_QUERY=False,
-        KEY_LUT=args.key_lut if not p.key_is_fp8 and p.key_bits == 3 else 0,
-        BALANCE=False,
-        SKIP_EMPTY=False,
+        cfg,
+        args.group,
+        args.group * args.kv_heads,
+        args.splits,
+        args.block_q,
+        saturate_query=False,
+        key_lut=args.key_lut if table else 0,
     )
     types = {
         "Q": "*bf16",
@@ -71,7 +70,7 @@ def compile_kernel(args: argparse.Namespace):
         "BlockTable": "*i32",
         "SeqLens": "*i32",
         "QueryStart": "*i32",
-        "Centroids": "*fp32" if p.key_is_fp8 else ("*i32" if args.key_lut and p.key_bits == 3 else "*fp16"),
+        "Centroids": "*fp32" if p.key_is_fp8 else ("*i32" if table else "*fp16"),
         "Out": "*bf16",
         "Partial": "*fp32",
         "Lse": "*fp32",
@@ -160,7 +159,7 @@ def main() -> None:
     ap.add_argument("--warps", type=int, default=1)
     ap.add_argument("--prefetch", type=int, default=1)
     ap.add_argument("--stages", type=int, default=1)
-    ap.add_argument("--key-lut", type=int, default=1, choices=(0, 1), help="3-bit keys: 1 register table (PTX)")
+    ap.add_argument("--key-lut", type=int, default=1, choices=(0, 1), help="3- and 4-bit keys: 1 register table (PTX)")
     ap.add_argument("--splits", type=int, default=33)
     ap.add_argument("--max-registers", type=int, default=0)
     ap.add_argument("--top", type=int, default=25)
