@@ -238,6 +238,7 @@ def test_sweep_grid_varies_waves_only_where_they_choose_the_splits():
         ("q8", "verify-32k", 8),
         ("q16", "verify-32k", 16),
         ("q8:m64", "poc", 8),
+        ("q1:d64", "decode-d64", 1),
     ],
 )
 def test_sweep_buckets_are_swept_at_their_longest_q_len(bucket, shape, q_len):
@@ -249,7 +250,7 @@ def test_sweep_buckets_are_swept_at_their_longest_q_len(bucket, shape, q_len):
     # the named shape's geometry, only the q_len differs
     assert replace(got, q_len=SHAPES[shape].q_len, name=shape) == SHAPES[shape]
     assert got.name == (shape if q_len == SHAPES[shape].q_len else f"{shape}@q{q_len}")
-    assert set(BUCKET_SHAPES) == {"q1", "q2", "q4", "q8", "q16", "q8:m64"}
+    assert set(BUCKET_SHAPES) == {"q1", "q2", "q4", "q8", "q16", "q8:m64", "q1:d64"}
 
 
 @pytest.mark.parametrize("kv_splits", [0, 32])

@@ -107,34 +107,79 @@ def test_cli_without_gpu_process_has_no_traceback():
     assert r.stderr.splitlines() == [f"tq bench: {NO_GPU}"]
 
 
-def test_bench_gate_names_the_rows_slower_than_bf16():
-    """`tq bench`'s closing line: held only when every tq row with a bf16 peer beats it."""
-    from tq_triton.cli.bench import _ratios, bf16_gate, gate_line
+def _row(shape, preset, impl, ms, **extra):
+    return {"shape": shape, "preset": preset, "impl": impl, "ms": ms, **extra}
 
-    def row(shape, preset, impl, ms):
-        return {"shape": shape, "preset": preset, "impl": impl, "ms": ms}
 
+def test_bench_gate_names_the_rows_below_its_bar():
+    """`tq bench`'s gate line: held only when every tq row with a bf16 peer is at least the
+    bar (default 1.3x) faster than it."""
+    from tq_triton.cli.bench import GATE, _ratios, bf16_gate, gate_line
+
+    assert GATE == 1.3
     rows = [
-        row("poc", "bf16", "packed-rows", 0.030),
-        row("poc", "turboquant_k3v4_nc", "tq_triton", 0.036),
-        row("poc", "turboquant_k8v4", "tq_triton", 0.025),
-        row("poc", "turboquant_k8v4", "looped-per-token", 0.150),
-        row("decode-32k", "bf16", "sdpa", 0.95),
-        row("decode-32k", "turboquant_k8v4", "tq_triton", 0.95),  # a tie is not faster
-        row("store-1024k-tok", "turboquant_k8v4", "tq_triton", 2.1),  # no bf16 peer: not counted
+        _row("poc", "bf16", "packed-rows", 0.030),
+        _row("poc", "turboquant_k3v4_nc", "tq_triton", 0.036),
+        _row("poc", "turboquant_k8v4", "tq_triton", 0.0225),  # 1.33x
+        _row("poc", "turboquant_k8v4", "looped-per-token", 0.150),
+        _row("decode-32k", "bf16", "sdpa", 0.95),
+        _row("decode-32k", "turboquant_k8v4", "tq_triton", 0.95 / 1.29),  # faster, not 1.3x faster
+        _row("store-1024k-tok", "turboquant_k8v4", "tq_triton", 2.1),  # no bf16 peer: not counted
     ]
     _ratios(rows)
     gate = bf16_gate(rows)
-    assert gate["rows"] == 3 and not gate["held"]
+    assert gate["rows"] == 3 and not gate["held"] and gate["factor"] == 1.3
     assert [(m["shape"], m["preset"]) for m in gate["slower"]] == [
         ("poc", "turboquant_k3v4_nc"),
         ("decode-32k", "turboquant_k8v4"),
     ]
-    assert gate_line(gate).endswith("missed by 2 of 3 rows: poc k3v4_nc 0.83x, decode-32k k8v4 1.00x")
+    line = gate_line(gate)
+    assert "at least 1.3x" in line
+    assert line.endswith("missed by 2 of 3 rows: poc k3v4_nc 0.83x, decode-32k k8v4 1.29x")
+    # a lower bar: only the row slower than bf16 misses
+    assert [m["preset"] for m in bf16_gate(rows, 1.0)["slower"]] == ["turboquant_k3v4_nc"]
     faster = [r | {"ms": r["ms"] / 2} if r["impl"] == "tq_triton" else r for r in rows]
     for r in faster:
         r.pop("x_vs_bf16", None)
     _ratios(faster)
     assert bf16_gate(faster)["held"]
     assert gate_line(bf16_gate(faster)).endswith("held, 3 of 3 rows")
-    assert "no tq row" in gate_line(bf16_gate([row("poc", "bf16", "sdpa", 1.0)]))
+    assert "no tq row" in gate_line(bf16_gate([_row("poc", "bf16", "sdpa", 1.0)]))
+
+
+def test_bench_targets_are_met_missed_or_not_run():
+    """`tq bench`'s targets table: each target judged on its own row (a time ceiling for poc,
+    floors elsewhere; the store's for every preset run), "not run" where the row is absent."""
+    from tq_triton.cli.bench import TARGETS, targets
+
+    rows = [
+        _row("decode-32k", "turboquant_k3v4_nc", "tq_triton", 0.3, x_vs_bf16=3.1, pct_copy_bw=65.0),
+        _row("decode-32k", "turboquant_k8v4", "tq_triton", 0.4, x_vs_bf16=2.3, pct_copy_bw=80.0),
+        _row("poc", "turboquant_k8v4", "tq_triton", 0.0199),
+        _row("poc", "turboquant_k3v4_nc", "tq_triton", 0.0201),
+        _row("poc", "turboquant_k3v4_nc", "looped-per-token", 0.001),  # a baseline row is not tq's
+        _row("store-1024k-tok", "turboquant_k8v4", "tq_triton.store", 2.0, pct_copy_bw=55.0),
+        _row("store-1024k-tok", "tq_k4v4", "tq_triton.store", 9.0, pct_copy_bw=19.0),
+    ]
+    got = {(g["shape"], g["preset"], g["unit"]): (g["measured"], g["met"]) for g in targets(rows)}
+    assert got[("decode-32k", "turboquant_k3v4_nc", "x bf16")] == (3.1, True)
+    assert got[("decode-32k", "turboquant_k3v4_nc", "% copy bw")] == (65.0, False)
+    assert got[("decode-32k", "turboquant_k8v4", "x bf16")] == (2.3, False)
+    assert got[("verify-32k", "turboquant_k3v4_nc", "x bf16")] == (None, None)
+    assert got[("poc", "turboquant_k8v4", "us")][1] is True
+    assert got[("poc", "turboquant_k3v4_nc", "us")] == (pytest.approx(20.1), False)
+    assert got[("store-1024k-tok", "turboquant_k8v4", "% copy bw")] == (55.0, True)
+    assert got[("store-1024k-tok", "tq_k4v4", "% copy bw")] == (19.0, False)
+    assert len(got) == len(TARGETS) - 1 + 2  # the store's target once per preset run
+
+
+def test_bench_defaults_run_every_shape_and_format():
+    """`tq bench` with no options times every named shape for every format."""
+    from tq_core import CALIBRATED_PRESETS, PRESETS
+    from tq_triton import bench
+
+    args = build_parser().parse_args(["bench"])
+    assert args.shapes == list(bench.SHAPES)
+    assert args.presets == [*PRESETS, *CALIBRATED_PRESETS]
+    assert {"verify-32k-q2", "verify-32k-q4", "verify-32k-q16", "decode-d64"} <= set(bench.SHAPES)
+    assert bench.SHAPES["verify-32k-q16"].q_len == 16 and bench.SHAPES["decode-d64"].head_dim == 64

@@ -48,6 +48,13 @@ SHAPES: dict[str, Shape] = {
         Shape("poc", batch=4, q_heads=32, kv_heads=4, head_dim=128, seq_len=8192, q_len=8),
         Shape("decode-32k", batch=32, q_heads=32, kv_heads=8, head_dim=128, seq_len=32768, q_len=1),
         Shape("verify-32k", batch=8, q_heads=32, kv_heads=8, head_dim=128, seq_len=32768, q_len=8),
+        # speculative verification of 1, 3 and 15 draft tokens on verify-32k's batch
+        *(
+            Shape(f"verify-32k-q{q}", batch=8, q_heads=32, kv_heads=8, head_dim=128, seq_len=32768, q_len=q)
+            for q in (2, 4, 16)
+        ),
+        # decode at a small model's geometry (SmolLM2: 9 q / 3 kv heads of head_dim 64)
+        Shape("decode-d64", batch=32, q_heads=9, kv_heads=3, head_dim=64, seq_len=8192, q_len=1),
         Shape(
             "ragged",
             batch=8,

@@ -33,7 +33,8 @@ from ._progress import progress
 # bucket -> the shape its entry is measured on, at the bucket's q_len (bucket_shape): the
 # verification buckets on verify-32k (4 q heads per kv head: 32-row tiles at q_len 8), poc
 # (8 per kv head) with 64-row tiles; their best tiles can differ, so poc's entry is keyed by
-# its rows ("q8:m64", read after "q8": see tuning)
+# its rows ("q8:m64", read after "q8": see tuning); decode at head_dim 64 on decode-d64,
+# keyed by its head_dim ("q1:d64", read after "q1")
 BUCKET_SHAPES = {
     "q1": "decode-32k",
     "q2": "verify-32k",
@@ -41,6 +42,7 @@ BUCKET_SHAPES = {
     "q8": "verify-32k",
     "q16": "verify-32k",
     "q8:m64": "poc",
+    "q1:d64": "decode-d64",
 }
 
 MODES = {"prefetch": 1, "pipeline": 0}
