@@ -50,7 +50,7 @@ def tests_triton_gpu(session: nox.Session) -> None:
 
 @nox.session(venv_params=["--system-site-packages"])
 def bench(session: nox.Session) -> None:
-    """`tq bench` on the standard shapes (needs a GPU; uses the GPU torch of the interpreter running nox)."""
+    """`tq bench`: every named shape and format (needs a GPU; uses the GPU torch of the interpreter running nox)."""
     see_host_packages(session)
     install(session, "--no-deps", "-e", pkg("tq-core"), "-e", pkg("tq-triton"))
     session.run("tq", "bench", *session.posargs)

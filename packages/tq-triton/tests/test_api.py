@@ -388,7 +388,10 @@ def test_shipped_tables_hold_only_what_the_loader_reads(name):
         ("NVIDIA H200", "turboquant_k3v4_nc", 8, 64, {"block_kv": 64, "kv_splits": 16, "min_rows": 64, "gluon": 1}),
         ("NVIDIA H200", "turboquant_k3v4_nc", 8, 64, {"wgmma": 1, "split_budget": 0, "skip_empty": 0}),
         ("NVIDIA H200", "turboquant_k8v4", 8, 32, {"min_rows": 16}),
-        ("NVIDIA H200", "turboquant_4bit_nc", 8, 32, {"block_kv": 64, "num_warps": 4, "kv_splits": 32}),
+        ("NVIDIA H200", "turboquant_4bit_nc", 8, 32, {"block_kv": 64, "kv_splits": 16, "gluon": 1, "skip_empty": 1}),
+        ("NVIDIA H200", "turboquant_3bit_nc", 16, 64, {"gluon": 1, "wgmma": 1, "split_budget": 0}),
+        ("NVIDIA H200", "turboquant_3bit_nc", 16, 32, {"gluon": 1, "wgmma": 0, "split_budget": 4}),
+        ("NVIDIA H200", "tq_k6v5", 16, 64, {"block_kv": 32, "kv_splits": 16, "gluon": 0}),
         ("Intel(R) Arc(TM) B580 Graphics", "turboquant_k8v4", 8, 32, {"block_kv": 32, "prefetch": 0, "waves": 2}),
     ],
 )
@@ -428,13 +431,14 @@ STAR = {"block_kv": 64, "num_warps": 4, "kv_splits": 32, "gluon": 0}
     [
         ("turboquant_k8v4", 1, 32),
         ("turboquant_k3v4_nc", 1, 32),
-        ("turboquant_4bit_nc", 0, 32),
-        ("turboquant_3bit_nc", 0, 64),
+        ("turboquant_4bit_nc", 1, 32),
+        ("turboquant_3bit_nc", 1, 32),
     ],
 )
 def test_shipped_h200_verify_entries_for_q_len_2_to_4(preset, gluon, block_kv, monkeypatch, user_tables):
-    # runs/2026-12-03-verify-buckets: swept at head_dim 128 (verify-32k's geometry at q_len 2
-    # and 4); other head dims keep the "*" entry and their register caps
+    # runs/2026-12-03-verify-buckets (k8v4, k3v4_nc) and runs/2026-12-03-every-shape (4bit_nc,
+    # 3bit_nc): measured at head_dim 128 (verify-32k's geometry at q_len 2 and 4); other head
+    # dims keep the "*" entry and their register caps
     monkeypatch.setattr(tuning, "device_key", lambda dev: "NVIDIA H200")
     dev = torch.device("cuda", 0)
     want = {**VERIFY_D128, "gluon": gluon, "block_kv": block_kv, "min_rows": 16, "wgmma": 0, "skip_empty": 0}

@@ -183,3 +183,23 @@ def test_bench_defaults_run_every_shape_and_format():
     assert args.presets == [*PRESETS, *CALIBRATED_PRESETS]
     assert {"verify-32k-q2", "verify-32k-q4", "verify-32k-q16", "decode-d64"} <= set(bench.SHAPES)
     assert bench.SHAPES["verify-32k-q16"].q_len == 16 and bench.SHAPES["decode-d64"].head_dim == 64
+
+
+def test_bench_plot_draws_the_speedups_of_a_run(tmp_path):
+    """`tq bench --plot` on grouped rows (no GPU needed for the drawing): a PNG with the
+    speed-up and bandwidth panels."""
+    pytest.importorskip("matplotlib")
+    from tq_triton.cli.bench import _plot, _ratios
+
+    rows = [
+        _row("poc", "bf16", "packed-rows", 0.030, pct_copy_bw=52.0),
+        _row("poc", "turboquant_k8v4", "tq_triton", 0.025, pct_copy_bw=24.0),
+        _row("decode-d64", "bf16", "sdpa-cudnn", 0.064, pct_copy_bw=73.0),
+        _row("decode-d64", "turboquant_k8v4", "tq_triton", 0.064, pct_copy_bw=28.0),
+    ]
+    for r in rows:
+        r["seq_len"] = 8192
+    _ratios(rows)
+    out = tmp_path / "bench.png"
+    _plot(rows, 4275.0, out, 1.3)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

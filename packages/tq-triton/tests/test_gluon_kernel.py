@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import test_memory_safety as memory_safety
@@ -25,15 +27,18 @@ import tq_core
 from tq_core.testing.quick import cover, quick_enabled
 from tq_triton.attention import gluon_launch, launch, plan
 from tq_triton.device import DeviceFacts
-from tq_triton.device_tensors import lut_table
+from tq_triton.device_tensors import codebook, lut_table
+from tq_triton.key_lut import lut_words, selectors_fn
+from tq_triton.value_words import value_columns_fn
 
 needs_gluon = pytest.mark.skipif(not plan.gluon_available(), reason="this Triton has no Gluon")
-GLUON_PRESETS = [n for n, p in tq_core.PRESETS.items() if plan.gluon_keys(p) and p.value_bits == 4]
+GLUON_PRESETS = [n for n, p in tq_core.PRESETS.items() if plan.gluon_keys(p) and plan.gluon_values(p)]
 H100 = DeviceFacts(name="NVIDIA H100", nvidia=True, capability=(9, 0), multiprocessors=132)
 
 
 # (preset, group, block_q, block_kv, head_dim, splits[, balance[, wgmma[, empty splits
-# skipped]]]): 16-, 32- and 64-row tiles, each head_dim, both key kinds
+# skipped]]]): 16-, 32- and 64-row tiles, each head_dim, each key kind (fp8, 3- and 4-bit
+# codebook codes) and value width (4 and 3 bits)
 COMPILED = [
     ("turboquant_k8v4", 4, 4, 32, 128, 1),
     ("turboquant_k8v4", 4, 8, 32, 128, 16),
@@ -51,6 +56,21 @@ COMPILED = [
     ("turboquant_k8v4", 1, 64, 32, 256, 1, 0, 1),
     ("turboquant_k3v4_nc", 4, 8, 64, 128, 16, 1, 0, 1),  # empty splits skipped (skip_empty)
     ("turboquant_k8v4", 8, 8, 64, 128, 16, 0, 1, 1),
+    ("turboquant_4bit_nc", 4, 4, 32, 128, 1),
+    ("turboquant_4bit_nc", 4, 8, 64, 128, 16),
+    ("turboquant_4bit_nc", 8, 8, 16, 64, 16),
+    ("turboquant_4bit_nc", 1, 16, 32, 256, 1),
+    ("turboquant_4bit_nc", 4, 8, 64, 128, 16, 1),
+    ("turboquant_4bit_nc", 8, 8, 64, 128, 16, 0, 1),
+    ("turboquant_4bit_nc", 4, 16, 32, 64, 1, 1, 1),
+    ("turboquant_4bit_nc", 1, 64, 32, 256, 1, 0, 1),
+    ("turboquant_4bit_nc", 4, 8, 64, 128, 16, 1, 0, 1),
+    ("turboquant_3bit_nc", 4, 4, 32, 128, 1),
+    ("turboquant_3bit_nc", 8, 8, 16, 64, 16),
+    ("turboquant_3bit_nc", 1, 16, 32, 256, 1),
+    ("turboquant_3bit_nc", 8, 8, 64, 128, 16, 0, 1),
+    ("turboquant_3bit_nc", 1, 64, 32, 256, 1, 0, 1),
+    ("turboquant_3bit_nc", 4, 8, 64, 128, 16, 1, 0, 1),
 ]
 
 
@@ -84,8 +104,11 @@ def test_compiles_for_sm90():
             assert found["wgmma"] and not found["mma"], config
         else:
             assert found["mma"] and not found["wgmma"], config  # the m16n8k16 matrix instruction
-        if config[0] == "turboquant_k3v4_nc":
-            assert found["prmt"], config  # 3-bit keys looked up by byte permutes
+        if config[0] != "turboquant_k8v4":
+            # 3- and 4-bit keys looked up by byte permutes in the register table, whose four
+            # words are read once, before the loops (no centroid gathered inside them)
+            assert found["prmt"], config
+            assert found["loops"] and found["table_loads"] == 4 and not found["table_loads_in_loops"], config
         assert found["v4_shared_stores"], config  # the decoded tiles reach shared memory 16 bytes at a time
         assert found["global_loads"] and found["global_stores"], config
 
@@ -97,16 +120,40 @@ def test_applies_only_where_it_is_written_for():
     def refusal(preset=k8v4, head_dim=128, rows=32, block_kv=32, block_size=16, facts=H100):
         return plan.gluon_refusal(preset, head_dim, rows, block_kv, block_size, facts)
 
-    assert (refusal() == "") == plan.gluon_available()
-    assert (refusal(preset=k3v4) == "") == plan.gluon_available()
-    assert "4-bit values" in refusal(preset=k4v4)  # 4-bit codebook keys
-    assert "4-bit values" in refusal(preset=k3v3)  # 3-bit values
+    assert sorted(GLUON_PRESETS) == sorted(tq_core.PRESETS)  # every vLLM preset
+    # fp8, 3- and 4-bit codebook keys with 4-bit values; 3-bit keys with 3-bit values
+    for preset in (k8v4, k3v4, k4v4, k3v3):
+        assert (refusal(preset=preset) == "") == plan.gluon_available(), preset.name
+        assert plan.gluon_keys(preset) and plan.gluon_values(preset), preset.name
+    for name in ("tq_k4v3", "tq_k4v4", "tq_k6v5"):  # the calibrated formats (Lloyd-Max values)
+        calibrated = tq_core.get_preset(name)
+        assert "calibrated" in refusal(preset=calibrated), name
+        assert not plan.gluon_keys(calibrated) and not plan.gluon_values(calibrated), name
+    # fp8 keys with 3-bit values (no preset has them): 3-bit values take the codebook keys' threads
+    k8v3 = SimpleNamespace(name="k8v3", calibrated=False, key_is_fp8=True, key_bits=8, value_bits=3)
+    assert "3-bit values" in refusal(preset=k8v3)
     assert "NVIDIA" in refusal(facts=DeviceFacts("interpreter", False, (0, 0), 4))
     assert "128 query rows" in refusal(rows=128)
     assert "block_kv 128" in refusal(block_kv=128)
     assert "head_dim 96" in refusal(head_dim=96)
     assert "block_size 24" in refusal(block_size=24)
     assert "8.9" in refusal(facts=DeviceFacts("NVIDIA A100", True, (8, 6), 108))  # no fp8 conversions
+
+
+def test_3_bit_value_chunks_keep_the_4_bit_values_column_order():
+    # _value_chunks_to_words on the host: a chunk's 32 codes (bit stream of 3 words) as the
+    # four nibble words _nibble_word makes (selector groups G and G + 1, 16 bits apart), in
+    # the join tree's order (groups 0, 2, 4, 6); _value_words_to_fp16 then puts nibble
+    # J + 4 h of word w at column 8 w + 2 J + h, which must hold value_columns' dimension
+    rng = random.Random(3)
+    for codes in [list(range(8)) * 4, [7 - c % 8 for c in range(32)], [rng.randrange(8) for _ in range(32)]]:
+        stream = sum(c << (3 * j) for j, c in enumerate(codes))
+        w0, w1, w2 = ((stream >> (32 * i)) & 0xFFFFFFFF for i in range(3))
+        words = [selectors_fn(w0, w1, w2, g) | (selectors_fn(w0, w1, w2, g + 1) << 16) for g in (0, 2, 4, 6)]
+        for col in range(32):
+            w, r = divmod(col, 8)
+            nibble = r // 2 + 4 * (r % 2)
+            assert (words[w] >> (4 * nibble)) & 15 == codes[value_columns_fn(col)], (codes, col)
 
 
 def test_warpgroup_products_only_for_64_rows_on_sm90():
@@ -245,8 +292,9 @@ def test_long_sequences_and_block_sizes(block_size, preset, gen, device, gluon_l
 @pytest.mark.parametrize("wgmma", [0, 1])
 def test_the_launch_passes_the_key_table_and_the_config(preset, wgmma, gen, device, monkeypatch):
     """On any device, with the kernel itself replaced: what the launcher hands the Gluon
-    launch. 3-bit keys get key_lut's register table as ``Centroids``, whatever
-    ``key_lut`` says; the register cap comes from the launch parameters (``wgmma`` with
+    launch. 3- and 4-bit keys get key_lut's register table as ``Centroids``, whatever
+    ``key_lut`` says (for 4-bit keys the table of the codebook's magnitudes, centroids
+    8-15); the register cap comes from the launch parameters (``wgmma`` with
     16-row tiles: no warpgroup products)."""
     monkeypatch.setenv("TQ_GLUON", "1")
     monkeypatch.setenv("TQ_WGMMA", str(wgmma))
@@ -266,6 +314,9 @@ def test_the_launch_passes_the_key_table_and_the_config(preset, wgmma, gen, devi
     if not p.key_is_fp8:
         want = lut_table(p, 64, torch.device(device))
         assert args[5].dtype == torch.int32 and torch.equal(args[5], want)
+        cent = codebook(p, 64, torch.device("cpu"))[2]
+        table = cent if p.key_bits == 3 else cent[8:]
+        assert len(table) == 8 and torch.equal(args[5].cpu(), lut_words(table)), p.name
     assert constexprs["KEY_FP8"] == p.key_is_fp8 and constexprs["NUM_SPLITS"] == 1
 
 

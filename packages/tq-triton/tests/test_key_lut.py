@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 
+import numpy as np
 import pytest
 import torch
 from tqt_helpers import assert_close, make_batch, run_triton
@@ -17,7 +18,16 @@ import tq_core
 from tq_triton.attention.plan import key_lut_mode, value_lut_mode
 from tq_triton.device import DeviceFacts
 from tq_triton.device_tensors import codebook
-from tq_triton.key_lut import _LUT16_PTX, _LUT_PTX, SIGN_SELECTORS, group_selectors, lut_words
+from tq_triton.key_lut import (
+    _LUT16_PTX,
+    _LUT_PTX,
+    LUT16_PAIRS_PTX,
+    LUT_PAIRS_PTX,
+    SIGN_SELECTORS,
+    group_selectors,
+    lut_words,
+    magnitude_selectors_fn,
+)
 from tq_triton.tuning import AttentionConfig
 
 LUT_PRESETS = ["turboquant_k3v4_nc", "turboquant_3bit_nc"]
@@ -92,6 +102,97 @@ def test_signed_permutes_of_the_16_entry_table_give_every_centroid(preset, value
             pair[k] ^= ~m & 0x80008000
         got = [pair[0] & 0xFFFF, pair[0] >> 16, pair[1] & 0xFFFF, pair[1] >> 16]
         assert got == [bits[c] for c in codes], f"codes {codes}"
+
+
+def _f16x2(x: int) -> np.ndarray:
+    return np.array([x & 0xFFFF, x >> 16], dtype=np.uint16).view(np.float16)
+
+
+def _b32(h: np.ndarray) -> int:
+    lo, hi = (int(v) for v in h.astype(np.float16).view(np.uint16))
+    return lo | (hi << 16)
+
+
+def run_ptx(ptx: str, operands: dict[int, int]) -> dict[int, int | float]:
+    """The inline PTX of a lookup run on the host, line by line: the instructions that
+    ``key_lut``'s lookups use (``prmt`` as :func:`prmt` models it, 32-bit logic, fp16x2
+    products, fp16 to float32), on ``operands`` (``$n`` -> its 32-bit value). Returns the
+    registers ``$n`` it writes."""
+    regs: dict[str, int | float] = {f"${n}": v & 0xFFFFFFFF for n, v in operands.items()}
+
+    def val(x: str) -> int | float:
+        return regs[x] if x in regs else int(x, 0)
+
+    for line in ptx.splitlines():
+        line = line.strip().rstrip(";")
+        if not line or line[0] in "{}." or line.startswith(".reg"):
+            continue
+        op, args = line.split(None, 1)
+        split = re.fullmatch(r"\{(\S+), (\S+)\}, (\S+)", args)
+        if op == "mov.b32" and split:  # a 32-bit register into two 16-bit halves
+            lo, hi, src = split.groups()
+            regs[lo], regs[hi] = val(src) & 0xFFFF, val(src) >> 16
+            continue
+        d, *src = [a.strip() for a in args.split(",")]
+        x = [val(a) for a in src]
+        if op == "prmt.b32":
+            regs[d] = prmt(*x)
+        elif op == "shl.b32":
+            regs[d] = (x[0] << x[1]) & 0xFFFFFFFF
+        elif op == "not.b32":
+            regs[d] = ~x[0] & 0xFFFFFFFF
+        elif op in ("and.b32", "xor.b32"):
+            regs[d] = x[0] & x[1] if op == "and.b32" else x[0] ^ x[1]
+        elif op == "mov.b32":
+            regs[d] = x[0]
+        elif op == "mul.rn.f16x2":
+            regs[d] = _b32(_f16x2(x[0]) * _f16x2(x[1]))
+        elif op == "fma.rn.f16x2":
+            # fp16 rounding once, of the float32 result (exact for fp16 operands but for
+            # double rounding, far below the test's tolerance)
+            f = _f16x2(x[0]).astype(np.float32) * _f16x2(x[1]).astype(np.float32) + _f16x2(x[2]).astype(np.float32)
+            regs[d] = _b32(f)
+        elif op == "cvt.f32.f16":
+            regs[d] = float(np.array([x[0]], dtype=np.uint16).view(np.float16)[0])
+        elif op == "add.f32":
+            regs[d] = float(np.float32(x[0]) + np.float32(x[1]))
+        else:
+            raise AssertionError(f"the host model has no {op}")
+    return {int(k[1:]): v for k, v in regs.items() if k[0] == "$" and int(k[1:]) not in operands}
+
+
+def test_the_ptx_model_runs_the_8_entry_pairs_lookup():
+    # the host model against the 3-bit lookup's pairs variant, whose permutes the test above checks
+    cent = codebook(tq_core.get_preset("turboquant_k3v4_nc"), 128, torch.device("cpu"))[2]
+    bits = (cent.view(torch.int16).to(torch.int64) & 0xFFFF).tolist()
+    la, lb, ha, hb = lut_words(cent).tolist()
+    out = run_ptx(LUT_PAIRS_PTX.value, {3: 0x5273, 4: la, 5: lb, 6: ha, 7: hb})
+    assert [out[0] & 0xFFFF, out[0] >> 16, out[1] & 0xFFFF, out[1] >> 16] == [bits[c] for c in (3, 7, 2, 5)]
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_the_16_entry_pairs_lookup_gives_every_centroid_in_position_order(head_dim):
+    # LUT16_PAIRS_PTX as the Gluon kernel's _lut16_keys runs it: per word of 8 codes (low
+    # nibble first), magnitude_selectors, then one lookup of the word's low half (selectors
+    # and codes unmasked: the PTX reads bits 0-15) and one of its high half (shifted by 16);
+    # the fp16 pairs (a: codes 0, 1; b: 2, 3) flatten to the word's positions in order
+    cent = codebook(tq_core.get_preset("turboquant_4bit_nc"), head_dim, torch.device("cpu"))[2]
+    bits = (cent.view(torch.int16).to(torch.int64) & 0xFFFF).tolist()
+    la, lb, ha, hb = lut_words(cent).tolist()
+    words = [[c] * 8 for c in range(16)] + [list(range(8)), list(range(8, 16)), [3, 15, 0, 9, 12, 1, 8, 7]]
+    words += [[6, 10, 14, 2, 5, 11, 13, 4], [15, 0, 14, 1, 13, 2, 12, 3]]
+    for codes in words:
+        w = sum(c << (4 * j) for j, c in enumerate(codes))
+        sel = magnitude_selectors_fn(w)
+        got, sq = [], []
+        for half in (0, 16):
+            out = run_ptx(LUT16_PAIRS_PTX.value, {3: sel >> half, 4: w >> half, 5: la, 6: lb, 7: ha, 8: hb})
+            got += [out[0] & 0xFFFF, out[0] >> 16, out[1] & 0xFFFF, out[1] >> 16]
+            sq.append(out[2])
+        assert got == [bits[c] for c in codes], f"codes {codes}"
+        for h in (0, 1):
+            want = sum(float(cent[c]) ** 2 for c in codes[4 * h : 4 * h + 4])
+            assert sq[h] == pytest.approx(want, rel=2e-3), f"codes {codes}"
 
 
 def test_lut_words_rejects_other_tables():

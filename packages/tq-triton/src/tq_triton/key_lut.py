@@ -62,34 +62,40 @@ _LUT_PTX = tl.constexpr(_lut_ptx(5, 6, 8, "mov.b32 {$0, $1}, a;\nmov.b32 {$2, $3
 SIGN_SELECTORS = (0x80C0, 0x90D0)
 
 
-def _lut16_ptx() -> str:
-    """One lookup in a symmetric 16-entry codebook: ``$5`` magnitude selectors (4 nibbles,
-    0..7), ``$6`` the group's raw 4-bit codes (bits 0-15), ``$7``/``$8`` low-byte words,
-    ``$9``/``$10`` high-byte words; out: the four signed centroids as fp16 (``$0..$3``) and
-    the float32 sum of their squares (``$4``). A code's bit 3 is its sign (set: positive):
-    the permutes of ``SIGN_SELECTORS``, in sign-replicating mode (selector bit 3), spread the
-    bit 3 of codes 0 and 1 (then 2 and 3) over the bytes that hold their fp16 sign bits:
-    code 1's and 3's bit 3 are the top bits of the codes' bytes 0 and 1, code 0's and 2's
-    those of the codes shifted left by 4."""
+def _lut16_ptx(n_out: int = 5, out: str = "mov.b32 {$0, $1}, a;\nmov.b32 {$2, $3}, b;") -> str:
+    """One lookup in a symmetric 16-entry codebook. Its ``n_out`` outputs come first: the
+    four signed centroids, as ``out`` writes the fp16 pairs ``a`` (centroids 0, 1) and ``b``
+    (2, 3) (by default as four fp16, ``$0..$3``), then the float32 sum of their squares
+    (``$n_out-1``); its inputs follow: ``$n_out`` the magnitude selectors (4 nibbles, 0..7),
+    ``$n_out+1`` the group's raw 4-bit codes, ``$n_out+2``/``+3`` the low-byte words,
+    ``$n_out+4``/``+5`` the high-byte words. Only bits 0-15 of the selectors and of the codes
+    are read. A code's bit 3 is its sign (set: positive): the permutes of
+    ``SIGN_SELECTORS``, in sign-replicating mode (selector bit 3), spread the bit 3 of codes
+    0 and 1 (then 2 and 3) over the bytes that hold their fp16 sign bits: code 1's and 3's
+    bit 3 are the top bits of the codes' bytes 0 and 1, code 0's and 2's those of the codes
+    shifted left by 4."""
     sel_a, sel_b = SIGN_SELECTORS
-    sign = f"""shl.b32 r4, $6, 4;
-prmt.b32 m, $6, r4, {sel_a:#x};
+    raw = n_out + 1
+    sign = f"""shl.b32 r4, ${raw}, 4;
+prmt.b32 m, ${raw}, r4, {sel_a:#x};
 not.b32 m, m;
 and.b32 m, m, 0x80008000;
 xor.b32 a, a, m;
-prmt.b32 m, $6, r4, {sel_b:#x};
+prmt.b32 m, ${raw}, r4, {sel_b:#x};
 not.b32 m, m;
 and.b32 m, m, 0x80008000;
 xor.b32 b, b, m;
-mov.b32 {{$0, $1}}, a;
-mov.b32 {{$2, $3}}, b;"""
-    return _lut_ptx(5, 7, 9, sign, 4, regs=", r4, m")
+{out}"""
+    return _lut_ptx(n_out, n_out + 2, n_out + 4, sign, n_out - 1, regs=", r4, m")
 
 
 _LUT16_PTX = tl.constexpr(_lut16_ptx())
 # one lookup: the centroids as two fp16 pairs in 32-bit registers ($0: 0 and 1, $1: 2 and
 # 3), their squares' sum ($2); where the caller keeps pairs, no register moves split them
 LUT_PAIRS_PTX = tl.constexpr(_lut_ptx(3, 4, 6, "mov.b32 $0, a;\nmov.b32 $1, b;", 2))
+# the same in a symmetric 16-entry table: $3 magnitude selectors, $4 the raw 4-bit codes
+# (_lut16_ptx), $5/$6 low-byte words, $7/$8 high-byte words
+LUT16_PAIRS_PTX = tl.constexpr(_lut16_ptx(3, "mov.b32 $0, a;\nmov.b32 $1, b;"))
 
 
 def lut_words(centroids_fp16: torch.Tensor) -> torch.Tensor:
@@ -233,6 +239,18 @@ def _lookup4_signed(sel, raw, la, lb, ha, hb, NATIVE: tl.constexpr):
     return c0, c1, c2, c3, sq
 
 
+def magnitude_selectors_fn(w):
+    """The magnitude selectors of the 8 4-bit codes of each word ``w`` (uint32), nibble for
+    nibble: ``c ^ 7`` where the code's bit 3 is clear, ``c & 7`` where it is set (see
+    :func:`lut16_values`). Operators only, so that both this module and the Gluon kernel
+    compile the same function."""
+    below = ((w >> 3) & 0x11111111) ^ 0x11111111  # 1 in the nibbles of codes 0-7
+    return (w ^ (below * 7)) & 0x77777777
+
+
+magnitude_selectors = triton.jit(magnitude_selectors_fn)
+
+
 @triton.jit
 def lut16_values(w, Lut, T: tl.constexpr, D: tl.constexpr, NATIVE: tl.constexpr):
     """fp16 centroids ``[T, D]`` of a tile of 4-bit codes of a symmetric codebook and each
@@ -249,8 +267,7 @@ def lut16_values(w, Lut, T: tl.constexpr, D: tl.constexpr, NATIVE: tl.constexpr)
     lb = tl.load(Lut + 1).to(tl.uint32, bitcast=True)
     ha = tl.load(Lut + 2).to(tl.uint32, bitcast=True)
     hb = tl.load(Lut + 3).to(tl.uint32, bitcast=True)
-    below = ((w >> 3) & 0x11111111) ^ 0x11111111  # 1 in the nibbles of codes 0-7
-    sel = (w ^ (below * 7)) & 0x77777777
+    sel = magnitude_selectors(w)
     # [T, D // 8, 2]: a word's low half (codes 0-3) first
     c0, c1, c2, c3, sq = _lookup4_signed(
         tl.join(sel & 0xFFFF, sel >> 16), tl.join(w & 0xFFFF, w >> 16), la, lb, ha, hb, NATIVE

@@ -47,10 +47,12 @@ class AttentionConfig:
     # cuda only: cap registers per thread (Triton's ``maxnreg``) so that more programs fit on
     # a multiprocessor; 0 leaves the choice to the compiler
     max_registers: int = 0
-    # 3-bit codebook keys (other presets ignore it): 1 looks the centroids up in a register
-    # table (key_lut.py) where the device has a byte permute (NVIDIA GPUs), and gathers them
-    # from memory elsewhere; 2 uses the table everywhere (emulated with integer operations
-    # where there is no byte permute: the interpreter; on xpu never timed); 0 always gathers
+    # 3- and 4-bit codebook keys and the calibrated formats' 3- and 4-bit values (other codes
+    # ignore it), in the portable kernel: 1 looks the centroids up in a register table
+    # (key_lut.py) where the device has a byte permute (NVIDIA GPUs), and gathers them from
+    # memory elsewhere; 2 uses the table everywhere (emulated with integer operations where
+    # there is no byte permute: the interpreter; on xpu never timed); 0 always gathers. The
+    # Gluon kernel always uses the table
     key_lut: int = 1
     # the fewest query rows of one program's tile: a tile with fewer rows (q heads of the GQA
     # group, padded to a power of two, times query tokens) takes more query tokens per program
@@ -58,8 +60,8 @@ class AttentionConfig:
     # with both operands in shared memory
     min_rows: int = 16
     # the kernel: 1 runs the explicit-layout (Gluon) kernel where it applies (cuda, compute
-    # capability 8.9 or later; fp8 or 3-bit codebook keys, 4-bit values, tiles of 16-64 rows,
-    # block_kv 16-64: attention/gluon_launch.py), and the portable Triton kernel elsewhere
+    # capability 8.9 or later; vLLM's four presets, not the calibrated formats; tiles of
+    # 16-64 rows, block_kv 16-64: plan.gluon_refusal), and the portable Triton kernel elsewhere
     # (with TQ_DEBUG=1 the reason is logged once); 0 always runs the portable kernel
     gluon: int = 0
     # the Gluon kernel's instruction set for 64-row tiles on sm_90: 1 uses Hopper's

@@ -1,8 +1,9 @@
 """The attention kernel with explicit layouts (Gluon), for NVIDIA GPUs.
 
-Same arguments, results and memory rules as ``kernel.attention_kernel``, for presets with
-fp8 or 3-bit codebook keys and 4-bit values (k8v4, k3v4_nc). What it states that Triton
-chooses for the portable kernel:
+Same arguments, results and memory rules as ``kernel.attention_kernel``, for vLLM's presets:
+fp8, 3- or 4-bit codebook keys with uniform 4-bit values (k8v4, k3v4_nc, 4bit_nc), and 3-bit
+codebook keys with uniform 3-bit values (3bit_nc); not the calibrated formats. What it
+states that Triton chooses for the portable kernel:
 
 - one warp per 16 query rows (``mma.sync`` m16n8k16, warps along the rows), so the online
   softmax's row reductions stay inside a warp;
@@ -11,10 +12,12 @@ chooses for the portable kernel:
   contiguous, so each group costs one block id and one base pointer per field;
 - each key/value tile is decoded once per program, every warp decoding its share of the
   tokens, into shared buffers with 16-byte rows; each warp then reads the whole tile as
-  its B operand fragments. fp8 keys are converted four per two ``cvt``; 3-bit keys are
-  looked up in ``key_lut``'s register table (the query is rotated in the kernel); value
+  its B operand fragments. fp8 keys are converted four per two ``cvt``; 3- and 4-bit keys
+  are looked up in ``key_lut``'s register table (4-bit keys: the symmetric codebook's
+  magnitudes, the sign from each code's bit 3; the query is rotated in the kernel); value
   codes are decoded two per 32-bit operation (``value_words``' column order, undone where
-  the output is stored);
+  the output is stored; 3-bit codes are first moved to the nibbles of 4-bit words, so they
+  leave the same order);
 - the causal and length masks only on the tiles that need them;
 - the probabilities pass from the score product's accumulator to the value product's A
   operand in registers;
@@ -40,7 +43,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 
-from ..key_lut import LUT_PAIRS_PTX, selectors_fn
+from ..key_lut import LUT16_PAIRS_PTX, LUT_PAIRS_PTX, magnitude_selectors_fn, selectors_fn
 from ..value_words import value_columns_fn
 from .bounds import balanced_chunk_fn, request_bounds_fn
 from .online_softmax import (
@@ -134,6 +137,7 @@ def _balanced_chunk(
 # key_lut's selector function and value_words' column map, compiled as Gluon (a Gluon
 # kernel cannot call a Triton function)
 _selectors = gluon.jit(selectors_fn)
+_magnitude_selectors = gluon.jit(magnitude_selectors_fn)
 _value_columns = gluon.jit(value_columns_fn)
 
 
@@ -169,6 +173,52 @@ def _lut_keys(w0, w1, w2, la, lb, ha, hb):
     # [..., 2, 2]: centroid 2 i + j at [i, j]
     k = _halves(gl.join(a, b)).to(gl.float16, bitcast=True)
     return k, gl.sum(gl.sum(gl.sum(sq, axis=5), axis=4), axis=3)
+
+
+@gluon.jit
+def _lut16_keys(w, la, lb, ha, hb):
+    """fp16 centroids ``[NB, TPB, W, 2, 2, 2]`` of 4-bit codes of a symmetric codebook
+    (words ``[NB, TPB, W]``, 8 codes each, low nibble first; position order once the last
+    four axes are flattened), and each word's float32 sum of squared centroids
+    ``[NB, TPB, W]``: ``key_lut.lut16_values``' register-table lookup, four codes per
+    lookup (``key_lut.LUT16_PAIRS_PTX``: the signed centroids come out as fp16 pairs in
+    32-bit registers)."""
+    # [..., 2]: a word's low half (codes 0-3) first; the lookup reads bits 0-15 of its
+    # selectors and codes, so the low half needs no mask
+    sel = _magnitude_selectors(w)
+    sel = gl.join(sel, sel >> 16)
+    z = sel * 0
+    a, b, sq = gl.inline_asm_elementwise(
+        LUT16_PAIRS_PTX,
+        "=r,=r,=f,r,r,r,r,r,r",
+        [sel, gl.join(w, w >> 16), z + la, z + lb, z + ha, z + hb],
+        dtype=(gl.uint32, gl.uint32, gl.float32),
+        is_pure=True,
+        pack=1,
+    )
+    # [..., 2, 2, 2]: code 4 h + 2 i + j of a word at [h, i, j]
+    k = _halves(gl.join(a, b)).to(gl.float16, bitcast=True)
+    return k, gl.sum(sq, axis=3)
+
+
+@gluon.jit
+def _nibble_word(w0, w1, w2, G: gl.constexpr):
+    """Codes ``4 G .. 4 G + 7`` of a 3-bit chunk (words ``w0, w1, w2``, uint32) in the
+    nibbles of one word, low nibble first (``key_lut.selectors_fn``' groups ``G`` and
+    ``G + 1``, 16 bits apart)."""
+    return _selectors(w0, w1, w2, G) | (_selectors(w0, w1, w2, G + 1) << 16)
+
+
+@gluon.jit
+def _value_chunks_to_words(w0, w1, w2):
+    """3-bit value codes, 32-code chunks of three words ``[..., C]`` each, as the 4-bit
+    value words ``[..., C, 2, 2]`` that hold the same codes (word ``2 a + b`` of chunk
+    ``C`` at ``[C, a, b]``: codes ``8 (2 a + b) .. + 7``), so that
+    :func:`_value_words_to_fp16` decodes both widths into one column order."""
+    return gl.join(
+        gl.join(_nibble_word(w0, w1, w2, 0), _nibble_word(w0, w1, w2, 4)),
+        gl.join(_nibble_word(w0, w1, w2, 2), _nibble_word(w0, w1, w2, 6)),
+    )
 
 
 @gluon.jit
@@ -217,16 +267,21 @@ def _load_tile(
     SCALE_OFF: gl.constexpr,
     ZERO_OFF: gl.constexpr,
     KEY_FP8: gl.constexpr,
+    KBITS: gl.constexpr,
+    VBITS: gl.constexpr,
 ):
     """Issue the loads of the tile at ``start`` in blocks ``blk`` (:func:`_load_blocks`;
     nothing from ``hi`` on): key words ``[NB, TPB, W]`` (fp8: ``W = D // 4``, four bytes
     per word; 3-bit codes: the three words ``k0, k1, k2`` of each 32-code chunk,
-    ``W = D // 32``), the key norms ``[NB, TPB]``
-    (3-bit keys; fp8 keys return the value scales there), value words ``[NB, TPB, D // 8]``,
-    value scales and zero points ``[NB, TPB]``. ``where``: ``(bt_row, stride_bc, head_base,
-    stride_blk, hi, last_block)``; ``offsets``: ``(kofs, vofs, tok_k, tok_v, tok_s)``, each
-    word's offset inside its group (loop-invariant) and each element's position inside its
-    group (for the mask and the fp16 fields' offsets)."""
+    ``W = D // 32``; 4-bit codes: ``W = D // 8``, eight codes per word, in ``k0``; where a
+    key has one word array, ``k1`` and ``k2`` are ``k0``), the key norms ``[NB, TPB]``
+    (codebook keys; fp8 keys return the value scales there), value words (4-bit codes:
+    ``v0`` ``[NB, TPB, D // 8]``, ``v1`` and ``v2`` are ``v0``; 3-bit codes: the three words
+    ``v0, v1, v2`` ``[NB, TPB, D // 32]`` of each 32-code chunk), value scales and zero
+    points ``[NB, TPB]``. ``where``: ``(bt_row, stride_bc, head_base, stride_blk, hi,
+    last_block)``; ``offsets``: ``(kofs, vofs, tok_k, tok_v, tok_s)``, each word's offset
+    inside its group (loop-invariant) and each element's position inside its group (for the
+    mask and the fp16 fields' offsets)."""
     _, _, head_base, stride_blk, hi, _ = where
     kofs, vofs, tok_k, tok_v, tok_s = offsets
     gpos = start + gl.arange(0, NB, layout=BL) * TPB
@@ -241,20 +296,30 @@ def _load_tile(
     k0 = gl.load(krow, mask=kmask, other=0)
     vbase = gl.convert_layout(base + VAL_OFF + first * VAL_BYTES, BLV, assert_trivial=True)
     vleft = gl.convert_layout(left, BLV, assert_trivial=True)
-    vw = gl.load(vbase.to(gl.pointer_type(gl.int32))[:, None, None] + vofs, mask=tok_v < vleft[:, None, None], other=0)
+    vrow = vbase.to(gl.pointer_type(gl.int32))[:, None, None] + vofs
+    vmask = tok_v < vleft[:, None, None]
+    v0 = gl.load(vrow, mask=vmask, other=0)
     sb = base + first * 2
     smask = tok_s < left[:, None]
     vs = gl.load((sb + SCALE_OFF).to(gl.pointer_type(gl.float16))[:, None] + tok_s, mask=smask, other=0.0)
     vz = gl.load((sb + ZERO_OFF).to(gl.pointer_type(gl.float16))[:, None] + tok_s, mask=smask, other=0.0)
-    if KEY_FP8:
-        k1 = k0
-        k2 = k0
-        kn = vs
-    else:
+    if KBITS == 3:
         k1 = gl.load(krow + 1, mask=kmask, other=0)
         k2 = gl.load(krow + 2, mask=kmask, other=0)
+    else:
+        k1 = k0
+        k2 = k0
+    if KEY_FP8:
+        kn = vs
+    else:
         kn = gl.load((sb + NORM_OFF).to(gl.pointer_type(gl.float16))[:, None] + tok_s, mask=smask, other=0.0)
-    return k0, k1, k2, kn, vw, vs, vz
+    if VBITS == 3:
+        v1 = gl.load(vrow + 1, mask=vmask, other=0)
+        v2 = gl.load(vrow + 2, mask=vmask, other=0)
+    else:
+        v1 = v0
+        v2 = v0
+    return k0, k1, k2, kn, v0, v1, v2, vs, vz
 
 
 @gluon.jit
@@ -266,36 +331,47 @@ def _decode_into(
     D: gl.constexpr,
     S2: gl.constexpr,
     KEY_FP8: gl.constexpr,
+    KBITS: gl.constexpr,
+    VBITS: gl.constexpr,
     NORM_CORRECTION: gl.constexpr,
 ):
     """Decode a loaded tile (:func:`_load_tile`'s tuple) into the shared buffers ``bufs``
-    ``(keys, values, value scales, zero points, key norms)``: fp8 -> fp16 keys, or 3-bit
-    codes -> fp16 centroids (``lut``: the register table's four words) and each key's norm
-    over its centroids' norm (``NORM_CORRECTION``); 4-bit values -> code - 8, two per
-    32-bit operation (nibbles J and J + 4 sit 16 bits apart, 0x6400 | code is the fp16
-    1024 + code)."""
-    kb, kb1, kb2, kn, vw, vs, vz = tile
+    ``(keys, values, value scales, zero points, key norms)``: fp8 -> fp16 keys, or 3- or
+    4-bit codes (``KBITS``) -> fp16 centroids (``lut``: the register table's four words,
+    of the codebook's magnitudes for 4-bit codes) and each key's norm over its centroids'
+    norm (``NORM_CORRECTION``); 4-bit values -> code - 8, two per 32-bit operation (nibbles
+    J and J + 4 sit 16 bits apart, 0x6400 | code is the fp16 1024 + code); 3-bit values
+    -> code - 4, their chunks first moved to the nibbles of 4-bit words
+    (:func:`_value_chunks_to_words`), so that both widths leave the same column order."""
+    kb, kb1, kb2, kn, vw, vw1, vw2, vs, vz = tile
     k_buf, v_buf, sc_buf, zr_buf, kn_buf = bufs
     if KEY_FP8:
         k16 = gl.reshape(_fp8_words_to_fp16(kb), [BLOCK_KV, D])
     else:
         la, lb, ha, hb = lut
-        c16, cn2 = _lut_keys(
-            kb.to(gl.uint32, bitcast=True),
-            kb1.to(gl.uint32, bitcast=True),
-            kb2.to(gl.uint32, bitcast=True),
-            la,
-            lb,
-            ha,
-            hb,
-        )
+        if KBITS == 3:
+            c16, cn2 = _lut_keys(
+                kb.to(gl.uint32, bitcast=True),
+                kb1.to(gl.uint32, bitcast=True),
+                kb2.to(gl.uint32, bitcast=True),
+                la,
+                lb,
+                ha,
+                hb,
+            )
+        else:
+            c16, cn2 = _lut16_keys(kb.to(gl.uint32, bitcast=True), la, lb, ha, hb)
         k16 = gl.reshape(c16, [BLOCK_KV, D])
         cn2 = gl.convert_layout(gl.sum(cn2, axis=2), S2)
         knorm = kn.to(gl.float32)
         if NORM_CORRECTION:
             knorm = gl.where(cn2 > 0, knorm * gl.rsqrt(cn2), 0.0)
         kn_buf.store(gl.reshape(knorm, [BLOCK_KV]))
-    v16 = gl.reshape(_value_words_to_fp16(vw), [BLOCK_KV, D]) - 1032.0
+    if VBITS == 3:
+        vw = _value_chunks_to_words(
+            vw.to(gl.uint32, bitcast=True), vw1.to(gl.uint32, bitcast=True), vw2.to(gl.uint32, bitcast=True)
+        )
+    v16 = gl.reshape(_value_words_to_fp16(vw), [BLOCK_KV, D]) - (1024.0 + (1 << (VBITS - 1)))
     k_buf.store(k16)
     v_buf.store(v16)
     sc_buf.store(gl.reshape(vs, [BLOCK_KV]))
@@ -356,9 +432,10 @@ def gluon_attention_kernel(
     SKIP_EMPTY: gl.constexpr = False,
 ):
     """``WARPS``: the launch's warps, ``BLOCK_Q * G_PAD / 16`` (one per 16 query rows), at
-    most 4. Keys fp8 or 3-bit codebook codes (``Centroids`` is then ``key_lut.lut_words``'
-    table; unused for fp8), values 4-bit (see ``plan.gluon_refusal``). The other
-    constexprs are ``kernel.attention_kernel``'s."""
+    most 4. Keys fp8 or 3- or 4-bit codebook codes (``KBITS``; ``Centroids`` is then
+    ``key_lut.lut_words``' table, of the magnitudes for a 4-bit codebook; unused for fp8),
+    values uniform 4-bit codes, or 3-bit codes with codebook keys (``VBITS``; see
+    ``plan.gluon_refusal``). The other constexprs are ``kernel.attention_kernel``'s."""
     BLOCK_M: gl.constexpr = BLOCK_Q * G_PAD
     gl.static_assert(not WGMMA or BLOCK_M == 64, "WGMMA: 64 rows")
     # positions per group: consecutive positions of one cache block
@@ -384,16 +461,21 @@ def gluon_attention_kernel(
     COLO: gl.constexpr = gl.SliceLayout(0, MMAO)
     # key words [NB, TPB, W], TD threads along head_dim, lanes and warps along the group's
     # positions, the groups in registers. fp8: W = D // 4, 4 words (16 keys) per thread;
-    # 3-bit codes: W = D // 32 chunks, one chunk (32 codes, 3 words) per thread. Warps that
-    # the group's positions cannot take (3-bit codes: 8 positions per warp, so 2 warps per
-    # 16-position block) go along the groups, so that no two warps decode the same keys
+    # 3-bit codes: W = D // 32 chunks, one chunk (32 codes, 3 words) per thread; 4-bit
+    # codes: W = D // 8, 4 words (32 codes, one 16-byte load) per thread. Warps that the
+    # group's positions cannot take (codebook codes at head_dim 128: 8 positions per warp,
+    # so 2 warps per 16-position block) go along the groups, so that no two warps decode
+    # the same keys
     TD: gl.constexpr = D // 16 if KEY_FP8 else D // 32
-    KW: gl.constexpr = 4 if KEY_FP8 else 1
+    KW: gl.constexpr = 1 if KBITS == 3 else 4
     WP: gl.constexpr = max(min(WARPS, TPB // (32 // TD)), 1)
     K3: gl.constexpr = gl.BlockedLayout([1, 1, KW], [1, 32 // TD, TD], [WARPS // WP, WP, 1], [2, 1, 0])
-    # value words [NB, TPB, D // 8]: D // 8 / TD words per thread, the keys' positions per
-    # thread, so one address per group serves both
-    V3: gl.constexpr = gl.BlockedLayout([1, 1, D // 8 // TD], [1, 32 // TD, TD], [WARPS // WP, WP, 1], [2, 1, 0])
+    # value words [NB, TPB, VW]: 4-bit codes VW = D // 8, D // 8 / TD words per thread; 3-bit
+    # codes VW = D // 32 chunks (3 words each), one per thread (codebook keys: TD = D // 32).
+    # The keys' positions per thread, so one address per group serves both
+    gl.static_assert(VBITS == 4 or (VBITS == 3 and not KEY_FP8), "values: 4 bits, or 3 with codebook keys")
+    VW: gl.constexpr = D // 8 if VBITS == 4 else D // 32
+    V3: gl.constexpr = gl.BlockedLayout([1, 1, VW // TD], [1, 32 // TD, TD], [WARPS // WP, WP, 1], [2, 1, 0])
     S2: gl.constexpr = gl.SliceLayout(2, K3)
     BL: gl.constexpr = gl.SliceLayout(1, S2)
     BLV: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, V3))
@@ -444,11 +526,11 @@ def gluon_attention_kernel(
     tk = gl.arange(0, TPB, layout=gl.SliceLayout(0, S2))
     dk = gl.arange(0, TD * KW, layout=gl.SliceLayout(0, gl.SliceLayout(1, K3)))
     tok_k = tk[None, :, None]
-    kofs = tok_k * (KEY_BYTES // 4) + dk[None, None, :] * (1 if KEY_FP8 else 3)
+    kofs = tok_k * (KEY_BYTES // 4) + dk[None, None, :] * (3 if KBITS == 3 else 1)
     tv = gl.arange(0, TPB, layout=gl.SliceLayout(0, gl.SliceLayout(2, V3)))
-    wv = gl.arange(0, D // 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, V3)))
+    wv = gl.arange(0, VW, layout=gl.SliceLayout(0, gl.SliceLayout(1, V3)))
     tok_v = tv[None, :, None]
-    vofs = tok_v * (VAL_BYTES // 4) + wv[None, None, :]
+    vofs = tok_v * (VAL_BYTES // 4) + wv[None, None, :] * (3 if VBITS == 3 else 1)
     tok_s = tk[None, :]
     offsets = (kofs, vofs, tok_k, tok_v, tok_s)
     bufs = (k_s, v_s, sc_s, zr_s, kn_s)
@@ -533,6 +615,8 @@ def gluon_attention_kernel(
                 SCALE_OFF,
                 ZERO_OFF,
                 KEY_FP8,
+                KBITS,
+                VBITS,
             )
             # the block ids of the tile after the one in flight
             blk = _load_blocks(kv_lo + BLOCK_KV, where, BL, NB, TPB, BLOCK_SIZE)
@@ -558,10 +642,12 @@ def gluon_attention_kernel(
                     SCALE_OFF,
                     ZERO_OFF,
                     KEY_FP8,
+                    KBITS,
+                    VBITS,
                 )
                 blk = _load_blocks(start + 2 * BLOCK_KV, where, BL, NB, TPB, BLOCK_SIZE)
                 _barrier()  # every warp has read the previous tile
-                _decode_into(current, bufs, lut, BLOCK_KV, D, S2, KEY_FP8, NORM_CORRECTION)
+                _decode_into(current, bufs, lut, BLOCK_KV, D, S2, KEY_FP8, KBITS, VBITS, NORM_CORRECTION)
                 if WGMMA:
                     # the decoded tiles (and the query) were written by ordinary stores; the
                     # warpgroup product reads them through the async proxy

@@ -205,7 +205,7 @@ def attention(
             NUM_SPLITS=plan.splits,
             SPLITS_PAD=next_pow2(plan.splits),
             D=d,
-            # the Gluon kernel keeps 4-bit values' columns in value_words order
+            # the Gluon kernel keeps its value columns in value_words order (3- and 4-bit values)
             VALUE_COLUMNS=gluon,
             SKIP_EMPTY=plan.constexprs["SKIP_EMPTY"],
             num_warps=MERGE_WARPS,

@@ -187,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_json(args.json, {"meta": meta, "rows": rows, "gate": gate, "targets": goals})
     if args.plot:
-        _plot(rows, bw, args.plot)
+        _plot(rows, bw, args.plot, args.gate)
     return 0
 
 
@@ -342,9 +342,10 @@ def _label(r: dict) -> str:
     return r["impl"] + ("" if r["preset"] == "bf16" else f" {r['preset'].removeprefix('turboquant_')}")
 
 
-def _plot(rows: list[dict], bw: float, path: Path) -> None:
+def _plot(rows: list[dict], bw: float, path: Path, gate: float | None = None) -> None:
     """Time and bandwidth use per implementation: lines over seq_len when several lengths
-    were run (--seq-lens), grouped bars per shape otherwise."""
+    were run (--seq-lens); otherwise grouped bars per shape of each format's speed-up over
+    the fastest bf16 kernel (with the ``gate`` bar) and of bandwidth use."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -368,22 +369,31 @@ def _plot(rows: list[dict], bw: float, path: Path) -> None:
         ax2.set(xscale="log", xlabel="seq_len", ylabel="% of copy bandwidth")
         ax1.legend(fontsize=6)
     else:
-        impls = list(dict.fromkeys(_label(r) for r in rows))
+        # bf16 rows under one label (each shape's fastest kernel differs), tq rows per format
+        def label(r: dict) -> str:
+            return "fastest bf16" if r["preset"] == "bf16" else _label(r)
+
+        impls = list(dict.fromkeys(label(r) for r in rows))
         width = 0.8 / max(1, len(impls))
         for i, impl in enumerate(impls):
-            xs, ms, pct = [], [], []
+            xs, speedup, pct = [], [], []
             for j, base in enumerate(bases):
                 for r in rows:
-                    if r["shape"] == base and _label(r) == impl:
+                    if r["shape"] == base and label(r) == impl:
                         xs.append(j + i * width)
-                        ms.append(r["ms"])
+                        speedup.append(r.get("x_vs_bf16", 1.0))
                         pct.append(r["pct_copy_bw"])
-            ax1.bar(xs, ms, width, label=impl)
-            ax2.bar(xs, pct, width, label=impl)
+            if impl != "fastest bf16":
+                ax1.bar(xs, speedup, width, label=impl, color=f"C{i}")
+            ax2.bar(xs, pct, width, label=impl, color=f"C{i}")
         for ax in (ax1, ax2):
-            ax.set_xticks([j + 0.4 - width / 2 for j in range(len(bases))], bases)
-        ax1.set(yscale="log", ylabel="ms (median, lower is better)", title="attention time per call")
+            ax.set_xticks([j + 0.4 - width / 2 for j in range(len(bases))], bases, rotation=30, ha="right")
+        ax1.axhline(1.0, color="black", linewidth=0.8)
+        if gate:
+            ax1.axhline(gate, color="grey", linestyle="--", linewidth=0.8, label=f"gate {gate:g}x")
+        ax1.set(ylabel="x the fastest bf16 kernel (higher is better)", title="speed-up over bf16 attention per call")
         ax1.legend(fontsize=7)
+        ax2.legend(fontsize=7)
     ax2.set(title=f"compressed bytes read / time, % of copy bandwidth ({bw:.0f} GB/s)")
     ax2.axhline(70, color="grey", linestyle="--", linewidth=0.8)
     fig.tight_layout()
