@@ -43,6 +43,9 @@ from ._progress import progress
 EVERY_PRESET = (*PRESETS, *CALIBRATED_PRESETS)
 # the gate line's default bar over the fastest bf16 kernel of each shape
 GATE = 1.3
+# the store rows: this many tokens of 8 kv heads at head_dim 128, in one call
+STORE_TOKENS = 1 << 20
+STORE_SHAPE = f"store-{STORE_TOKENS // 1024}k-tok"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -256,7 +259,7 @@ TARGETS: tuple[tuple[str, str, str, float, str], ...] = (
     ("verify-32k", "turboquant_k8v4", "x_vs_bf16", 2.0, "x bf16"),
     ("poc", "turboquant_k3v4_nc", "us", 20.0, "us"),
     ("poc", "turboquant_k8v4", "us", 20.0, "us"),
-    ("store-1024k-tok", "*", "pct_copy_bw", 50.0, "% copy bw"),
+    (STORE_SHAPE, "*", "pct_copy_bw", 50.0, "% copy bw"),
 )
 
 
@@ -265,7 +268,7 @@ def targets(rows: list[dict]) -> list[dict]:
     "met"}`` per target and preset (``measured`` None and ``met`` None where the row was not run)."""
     out = []
     for shape, preset, field, goal, unit in TARGETS:
-        impl = "tq_triton.store" if shape.startswith("store") else "tq_triton"
+        impl = "tq_triton.store" if shape == STORE_SHAPE else "tq_triton"
         found = [r for r in rows if r["shape"] == shape and r["impl"] == impl and preset in ("*", r["preset"])]
         names = [r["preset"] for r in found] if preset == "*" else [preset]
         for name in names:
@@ -291,7 +294,7 @@ def _print_targets(goals: list[dict]) -> None:
 
 
 def _store_rows(presets: list[str], dev: torch.device, bw: float) -> list[dict]:
-    n, h, d = 1 << 20, 8, 128
+    n, h, d = STORE_TOKENS, 8, 128
     k, v, slots = bench.store_inputs(n, h, d, dev, seed=1)
     rows = []
     for preset in presets:
@@ -305,7 +308,7 @@ def _store_rows(presets: list[str], dev: torch.device, bw: float) -> list[dict]:
         gbs = nbytes / (t * 1e-3) / 1e9
         rows.append(
             {
-                "shape": f"store-{n // 1024}k-tok",
+                "shape": STORE_SHAPE,
                 "seq_len": n,
                 "preset": preset,
                 "impl": "tq_triton.store",

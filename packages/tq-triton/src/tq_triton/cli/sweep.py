@@ -30,17 +30,17 @@ from ..tuning import AttentionConfig, StoreConfig
 from . import gpu_device
 from ._progress import progress
 
-# bucket -> the shape its entry is measured on, at the bucket's q_len (bucket_shape): the
-# verification buckets on verify-32k (4 q heads per kv head: 32-row tiles at q_len 8), poc
-# (8 per kv head) with 64-row tiles; their best tiles can differ, so poc's entry is keyed by
-# its rows ("q8:m64", read after "q8": see tuning); decode at head_dim 64 on decode-d64,
-# keyed by its head_dim ("q1:d64", read after "q1")
+# bucket -> the named shape (bench.SHAPES) its entry is measured on, at the longest q_len the
+# bucket serves: the verification buckets on verify-32k's batch (4 q heads per kv head:
+# 32-row tiles at q_len 8), poc (8 per kv head) with 64-row tiles; their best tiles can
+# differ, so poc's entry is keyed by its rows ("q8:m64", read after "q8": see tuning); decode
+# at head_dim 64 on decode-d64, keyed by its head_dim ("q1:d64", read after "q1")
 BUCKET_SHAPES = {
     "q1": "decode-32k",
-    "q2": "verify-32k",
-    "q4": "verify-32k",
+    "q2": "verify-32k-q2",
+    "q4": "verify-32k-q4",
     "q8": "verify-32k",
-    "q16": "verify-32k",
+    "q16": "verify-32k-q16",
     "q8:m64": "poc",
     "q1:d64": "decode-d64",
 }
@@ -74,13 +74,8 @@ def modes_list(text: str) -> list[tuple[int, int]]:
 
 
 def bucket_shape(bucket: str) -> bench.Shape:
-    """The shape ``bucket`` (a key of :data:`BUCKET_SHAPES`) is swept on: its named shape with
-    the bucket's q_len, the longest that the bucket serves ("q4": verify-32k at q_len 4)."""
-    shape = bench.SHAPES[BUCKET_SHAPES[bucket]]
-    q_len = int(bucket.partition(":")[0].removeprefix("q"))
-    if q_len == shape.q_len:
-        return shape
-    return replace(shape, q_len=q_len, name=f"{shape.name}@q{q_len}")
+    """The shape ``bucket`` (a key of :data:`BUCKET_SHAPES`) is swept on ("q4": verify-32k-q4)."""
+    return bench.SHAPES[BUCKET_SHAPES[bucket]]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
