@@ -21,18 +21,26 @@ from types import SimpleNamespace
 import pytest
 import test_memory_safety as memory_safety
 import torch
-from tqt_helpers import ON_GPU, assert_close, make_batch, run_triton
+from tqt_canary import cache_canary, fill_free_slots, out_canary, request_reference
+from tqt_helpers import ON_GPU, TOL, assert_close, make_batch, run_triton
 
 import tq_core
+import tq_triton
+from tq_core.testing import assert_attention_close
 from tq_core.testing.quick import cover, quick_enabled
 from tq_triton.attention import gluon_launch, launch, plan
 from tq_triton.device import DeviceFacts
-from tq_triton.device_tensors import codebook, lut_table
+from tq_triton.device_tensors import cached_value_codebook, codebook, lut_table
 from tq_triton.key_lut import lut_words, selectors_fn
 from tq_triton.value_words import value_columns_fn
 
 needs_gluon = pytest.mark.skipif(not plan.gluon_available(), reason="this Triton has no Gluon")
-GLUON_PRESETS = [n for n, p in tq_core.PRESETS.items() if plan.gluon_keys(p) and plan.gluon_values(p)]
+EVERY_PRESET = {**tq_core.PRESETS, **tq_core.CALIBRATED_PRESETS}
+GLUON_PRESETS = [n for n, p in EVERY_PRESET.items() if plan.gluon_keys(p) and plan.gluon_values(p)]
+# the presets test_memory_safety's cases run (they pass no calibration); the calibrated ones
+# have their own hostile-metadata test below
+VLLM_GLUON_PRESETS = [n for n in GLUON_PRESETS if n in tq_core.PRESETS]
+CALIBRATED_GLUON_PRESETS = [n for n in GLUON_PRESETS if n in tq_core.CALIBRATED_PRESETS]
 H100 = DeviceFacts(name="NVIDIA H100", nvidia=True, capability=(9, 0), multiprocessors=132)
 
 
@@ -71,6 +79,16 @@ COMPILED = [
     ("turboquant_3bit_nc", 8, 8, 64, 128, 16, 0, 1),
     ("turboquant_3bit_nc", 1, 64, 32, 256, 1, 0, 1),
     ("turboquant_3bit_nc", 4, 8, 64, 128, 16, 1, 0, 1),
+    # calibrated formats: 4-bit keys, 3-bit (tq_k4v3) and 4-bit (tq_k4v4) Lloyd-Max values
+    ("tq_k4v3", 4, 4, 32, 128, 1),
+    ("tq_k4v3", 8, 8, 16, 64, 16),
+    ("tq_k4v3", 1, 16, 32, 256, 1),
+    ("tq_k4v3", 8, 8, 64, 128, 16, 0, 1),
+    ("tq_k4v3", 4, 8, 64, 128, 16, 1, 0, 1),
+    ("tq_k4v4", 4, 8, 64, 128, 16),
+    ("tq_k4v4", 1, 16, 32, 256, 1),
+    ("tq_k4v4", 4, 16, 32, 64, 1, 1, 1),
+    ("tq_k4v4", 1, 64, 32, 256, 1, 0, 1),
 ]
 
 
@@ -120,15 +138,18 @@ def test_applies_only_where_it_is_written_for():
     def refusal(preset=k8v4, head_dim=128, rows=32, block_kv=32, block_size=16, facts=H100):
         return plan.gluon_refusal(preset, head_dim, rows, block_kv, block_size, facts)
 
-    assert sorted(GLUON_PRESETS) == sorted(tq_core.PRESETS)  # every vLLM preset
-    # fp8, 3- and 4-bit codebook keys with 4-bit values; 3-bit keys with 3-bit values
-    for preset in (k8v4, k3v4, k4v4, k3v3):
+    # every vLLM preset, and the calibrated formats with 4-bit keys
+    assert sorted(GLUON_PRESETS) == sorted([*tq_core.PRESETS, "tq_k4v3", "tq_k4v4"])
+    # fp8, 3- and 4-bit codebook keys with 4-bit values; 3-bit keys with 3-bit values; 4-bit
+    # keys with 3- and 4-bit Lloyd-Max values
+    calibrated = [tq_core.get_preset(name) for name in ("tq_k4v3", "tq_k4v4")]
+    for preset in (k8v4, k3v4, k4v4, k3v3, *calibrated):
         assert (refusal(preset=preset) == "") == plan.gluon_available(), preset.name
         assert plan.gluon_keys(preset) and plan.gluon_values(preset), preset.name
-    for name in ("tq_k4v3", "tq_k4v4", "tq_k6v5"):  # the calibrated formats (Lloyd-Max values)
-        calibrated = tq_core.get_preset(name)
-        assert "calibrated" in refusal(preset=calibrated), name
-        assert not plan.gluon_keys(calibrated) and not plan.gluon_values(calibrated), name
+    # 6-bit keys and 5-bit values: no register table
+    k6v5 = tq_core.get_preset("tq_k6v5")
+    assert "tq_k6v5: the Gluon kernel decodes" in refusal(preset=k6v5)
+    assert not plan.gluon_keys(k6v5) and not plan.gluon_values(k6v5)
     # fp8 keys with 3-bit values (no preset has them): 3-bit values take the codebook keys' threads
     k8v3 = SimpleNamespace(name="k8v3", calibrated=False, key_is_fp8=True, key_bits=8, value_bits=3)
     assert "3-bit values" in refusal(preset=k8v3)
@@ -317,6 +338,12 @@ def test_the_launch_passes_the_key_table_and_the_config(preset, wgmma, gen, devi
         cent = codebook(p, 64, torch.device("cpu"))[2]
         table = cent if p.key_bits == 3 else cent[8:]
         assert len(table) == 8 and torch.equal(args[5].cpu(), lut_words(table)), p.name
+    if p.calibrated:
+        # the calibration's six vectors, then the value codebook's register table (VCentroids)
+        assert len(args) == 24 + 7 and constexprs["CALIBRATED"]
+        assert all(a.dtype == torch.float32 and a.shape == (1, 64) for a in args[24:30])
+        values = cached_value_codebook(p, 64, torch.device("cpu"))[1]
+        assert torch.equal(args[30].cpu(), lut_words(values)), p.name
     assert constexprs["KEY_FP8"] == p.key_is_fp8 and constexprs["NUM_SPLITS"] == 1
 
 
@@ -374,7 +401,7 @@ def test_falls_back_to_the_triton_kernel_elsewhere(gen, device, gluon_launches):
 
 @pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run only on an NVIDIA GPU")
 @needs_gluon
-@pytest.mark.parametrize("preset", GLUON_PRESETS)
+@pytest.mark.parametrize("preset", VLLM_GLUON_PRESETS)
 @pytest.mark.parametrize(("splits", "budget", "skip"), memory_safety.SPLIT_MODES)
 @pytest.mark.parametrize("case", list(memory_safety.CASES))
 def test_out_of_range_metadata(case, splits, budget, skip, preset, gen, device, gluon_launches, monkeypatch):
@@ -391,13 +418,49 @@ def test_out_of_range_metadata(case, splits, budget, skip, preset, gen, device, 
 
 @pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run only on an NVIDIA GPU")
 @needs_gluon
-@pytest.mark.parametrize("preset", GLUON_PRESETS)
+@pytest.mark.parametrize("preset", VLLM_GLUON_PRESETS)
 @pytest.mark.parametrize("strided", ["block_table_rows", "block_table_cols", "seq_lens", "query_start_loc", "all"])
 def test_index_tensors_read_through_their_strides(strided, preset, gen, device, gluon_launches, monkeypatch):
     if torch.device(device).type != "cuda":
         pytest.skip("cuda only")
     monkeypatch.setattr(memory_safety, "PRESET", preset)
     memory_safety.test_attention_reads_index_tensors_through_their_strides(strided, False, gen, device)
+    assert gluon_launches, "the Gluon kernel did not run"
+
+
+@pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run only on an NVIDIA GPU")
+@needs_gluon
+@pytest.mark.parametrize("preset", CALIBRATED_GLUON_PRESETS)
+@pytest.mark.parametrize(("splits", "budget", "skip"), memory_safety.SPLIT_MODES)
+@pytest.mark.parametrize("group", [2, 8])
+def test_calibrated_hostile_metadata_stays_inside_the_tensors(
+    preset, splits, budget, skip, group, gen, device, gluon_launches, monkeypatch
+):
+    """test_calibrated's hostile batch (a block id far outside the cache, a seq_len past the
+    block table, a query_start_loc past the rows) through the Gluon kernel, with 16- and
+    64-row tiles (warpgroup products with ``gluon_launches``' wgmma) and each kv-split mode:
+    nothing outside the cache or ``out`` is read or written, and the valid request matches
+    tq-core."""
+    if torch.device(device).type != "cuda":
+        pytest.skip("cuda only")
+    monkeypatch.setenv("TQ_SPLIT_BUDGET", str(budget))
+    monkeypatch.setenv("TQ_SKIP_EMPTY", skip)
+    b = make_batch(gen, preset, [32, 20, 7], [1, 3, 2], head_dim=64, num_kv_heads=1, group=group, device=device)
+    fill_free_slots(b, gen)
+    bt = b.block_table.clone()
+    bt[0, 1] = 10**8
+    sl = b.seq_lens.clone()
+    sl[1] = 10**6
+    qsl = b.query_start_loc.clone()
+    qsl[3] = 10**9
+    c, o = cache_canary(b.kv_cache), out_canary(b.query)
+    tq_triton.attention(
+        b.query, c.view, bt, sl, qsl, b.preset, b.scale, out=o.view, num_kv_splits=splits, max_query_len=8, **b.extra()
+    )
+    c.assert_outside_unchanged()
+    o.assert_outside_unchanged()
+    assert torch.equal(c.view, b.kv_cache), "attention wrote into the cache"
+    assert_attention_close(o.view[4:6], request_reference(b, 2, 7, (4, 6)), tol=TOL, what="request 2")
     assert gluon_launches, "the Gluon kernel did not run"
 
 

@@ -2,8 +2,9 @@
 
 Same arguments, results and memory rules as ``kernel.attention_kernel``, for vLLM's presets:
 fp8, 3- or 4-bit codebook keys with uniform 4-bit values (k8v4, k3v4_nc, 4bit_nc), and 3-bit
-codebook keys with uniform 3-bit values (3bit_nc); not the calibrated formats. What it
-states that Triton chooses for the portable kernel:
+codebook keys with uniform 3-bit values (3bit_nc); and for tq's calibrated formats with 4-bit
+keys and 3- or 4-bit Lloyd-Max values (tq_k4v3, tq_k4v4; not tq_k6v5). What it states that
+Triton chooses for the portable kernel:
 
 - one warp per 16 query rows (``mma.sync`` m16n8k16, warps along the rows), so the online
   softmax's row reductions stay inside a warp;
@@ -17,7 +18,8 @@ states that Triton chooses for the portable kernel:
   magnitudes, the sign from each code's bit 3; the query is rotated in the kernel); value
   codes are decoded two per 32-bit operation (``value_words``' column order, undone where
   the output is stored; 3-bit codes are first moved to the nibbles of 4-bit words, so they
-  leave the same order);
+  leave the same order); calibrated formats' Lloyd-Max values are looked up as the keys are,
+  in the value codebook's table, and each output row is rotated back before it is stored;
 - the causal and length masks only on the tiles that need them;
 - the probabilities pass from the score product's accumulator to the value product's A
   operand in registers;
@@ -269,6 +271,7 @@ def _load_tile(
     KEY_FP8: gl.constexpr,
     KBITS: gl.constexpr,
     VBITS: gl.constexpr,
+    CALIBRATED: gl.constexpr,
 ):
     """Issue the loads of the tile at ``start`` in blocks ``blk`` (:func:`_load_blocks`;
     nothing from ``hi`` on): key words ``[NB, TPB, W]`` (fp8: ``W = D // 4``, four bytes
@@ -278,7 +281,8 @@ def _load_tile(
     (codebook keys; fp8 keys return the value scales there), value words (4-bit codes:
     ``v0`` ``[NB, TPB, D // 8]``, ``v1`` and ``v2`` are ``v0``; 3-bit codes: the three words
     ``v0, v1, v2`` ``[NB, TPB, D // 32]`` of each 32-code chunk), value scales and zero
-    points ``[NB, TPB]``. ``where``: ``(bt_row, stride_bc, head_base, stride_blk, hi,
+    points ``[NB, TPB]`` (calibrated formats: the value norms, and no zero points, whose
+    place holds the norms again). ``where``: ``(bt_row, stride_bc, head_base, stride_blk, hi,
     last_block)``; ``offsets``: ``(kofs, vofs, tok_k, tok_v, tok_s)``, each word's offset
     inside its group (loop-invariant) and each element's position inside its group (for the
     mask and the fp16 fields' offsets)."""
@@ -302,7 +306,10 @@ def _load_tile(
     sb = base + first * 2
     smask = tok_s < left[:, None]
     vs = gl.load((sb + SCALE_OFF).to(gl.pointer_type(gl.float16))[:, None] + tok_s, mask=smask, other=0.0)
-    vz = gl.load((sb + ZERO_OFF).to(gl.pointer_type(gl.float16))[:, None] + tok_s, mask=smask, other=0.0)
+    if CALIBRATED:
+        vz = vs
+    else:
+        vz = gl.load((sb + ZERO_OFF).to(gl.pointer_type(gl.float16))[:, None] + tok_s, mask=smask, other=0.0)
     if KBITS == 3:
         k1 = gl.load(krow + 1, mask=kmask, other=0)
         k2 = gl.load(krow + 2, mask=kmask, other=0)
@@ -327,6 +334,7 @@ def _decode_into(
     tile,
     bufs,
     lut,
+    vlut,
     BLOCK_KV: gl.constexpr,
     D: gl.constexpr,
     S2: gl.constexpr,
@@ -334,6 +342,7 @@ def _decode_into(
     KBITS: gl.constexpr,
     VBITS: gl.constexpr,
     NORM_CORRECTION: gl.constexpr,
+    CALIBRATED: gl.constexpr,
 ):
     """Decode a loaded tile (:func:`_load_tile`'s tuple) into the shared buffers ``bufs``
     ``(keys, values, value scales, zero points, key norms)``: fp8 -> fp16 keys, or 3- or
@@ -342,7 +351,11 @@ def _decode_into(
     norm (``NORM_CORRECTION``); 4-bit values -> code - 8, two per 32-bit operation (nibbles
     J and J + 4 sit 16 bits apart, 0x6400 | code is the fp16 1024 + code); 3-bit values
     -> code - 4, their chunks first moved to the nibbles of 4-bit words
-    (:func:`_value_chunks_to_words`), so that both widths leave the same column order."""
+    (:func:`_value_chunks_to_words`), so that both widths leave the same column order.
+    ``CALIBRATED``: the values are 3- or 4-bit Lloyd-Max codes, looked up as the keys are
+    (``vlut``: the value codebook's register table) into head_dim order, and the value
+    scales buffer (float32) takes each value's norm over its centroids' norm; the zero
+    points buffer is not written."""
     kb, kb1, kb2, kn, vw, vw1, vw2, vs, vz = tile
     k_buf, v_buf, sc_buf, zr_buf, kn_buf = bufs
     if KEY_FP8:
@@ -367,15 +380,39 @@ def _decode_into(
         if NORM_CORRECTION:
             knorm = gl.where(cn2 > 0, knorm * gl.rsqrt(cn2), 0.0)
         kn_buf.store(gl.reshape(knorm, [BLOCK_KV]))
-    if VBITS == 3:
-        vw = _value_chunks_to_words(
-            vw.to(gl.uint32, bitcast=True), vw1.to(gl.uint32, bitcast=True), vw2.to(gl.uint32, bitcast=True)
-        )
-    v16 = gl.reshape(_value_words_to_fp16(vw), [BLOCK_KV, D]) - (1024.0 + (1 << (VBITS - 1)))
-    k_buf.store(k16)
-    v_buf.store(v16)
-    sc_buf.store(gl.reshape(vs, [BLOCK_KV]))
-    zr_buf.store(gl.reshape(vz, [BLOCK_KV]))
+    if CALIBRATED:
+        # the key tile leaves the registers before the values are looked up: both tables'
+        # results live at once would spill
+        k_buf.store(k16)
+        va, vb, vha, vhb = vlut
+        if VBITS == 3:
+            c16, vcn2 = _lut_keys(
+                vw.to(gl.uint32, bitcast=True),
+                vw1.to(gl.uint32, bitcast=True),
+                vw2.to(gl.uint32, bitcast=True),
+                va,
+                vb,
+                vha,
+                vhb,
+            )
+        else:
+            c16, vcn2 = _lut16_keys(vw.to(gl.uint32, bitcast=True), va, vb, vha, vhb)
+        v16 = gl.reshape(c16, [BLOCK_KV, D])
+        vcn2 = gl.convert_layout(gl.sum(vcn2, axis=2), S2)
+        # the norm-corrected scale of each coded value (a zero vector has scale 0)
+        vscale = gl.where(vcn2 > 0, vs.to(gl.float32) * gl.rsqrt(vcn2), 0.0)
+        v_buf.store(v16)
+        sc_buf.store(gl.reshape(vscale, [BLOCK_KV]))
+    else:
+        if VBITS == 3:
+            vw = _value_chunks_to_words(
+                vw.to(gl.uint32, bitcast=True), vw1.to(gl.uint32, bitcast=True), vw2.to(gl.uint32, bitcast=True)
+            )
+        v16 = gl.reshape(_value_words_to_fp16(vw), [BLOCK_KV, D]) - (1024.0 + (1 << (VBITS - 1)))
+        k_buf.store(k16)
+        v_buf.store(v16)
+        sc_buf.store(gl.reshape(vs, [BLOCK_KV]))
+        zr_buf.store(gl.reshape(vz, [BLOCK_KV]))
 
 
 @gluon.jit
@@ -404,6 +441,13 @@ def gluon_attention_kernel(
     stride_sl,
     stride_qs,
     split_programs,
+    KeyGain,
+    KeyOffset,
+    KeyFirstOffset,
+    ValueGain,
+    ValueOffset,
+    ValueFirstOffset,
+    VCentroids,
     G: gl.constexpr,
     G_PAD: gl.constexpr,
     NUM_Q_HEADS: gl.constexpr,
@@ -430,12 +474,16 @@ def gluon_attention_kernel(
     BALANCE: gl.constexpr = False,
     WGMMA: gl.constexpr = False,
     SKIP_EMPTY: gl.constexpr = False,
+    CALIBRATED: gl.constexpr = False,
 ):
     """``WARPS``: the launch's warps, ``BLOCK_Q * G_PAD / 16`` (one per 16 query rows), at
     most 4. Keys fp8 or 3- or 4-bit codebook codes (``KBITS``; ``Centroids`` is then
     ``key_lut.lut_words``' table, of the magnitudes for a 4-bit codebook; unused for fp8),
     values uniform 4-bit codes, or 3-bit codes with codebook keys (``VBITS``; see
-    ``plan.gluon_refusal``). The other constexprs are ``kernel.attention_kernel``'s."""
+    ``plan.gluon_refusal``). ``CALIBRATED`` (tq's calibrated formats with 4-bit keys and 3-
+    or 4-bit values): the calibration pointers and ``VCentroids`` (the value codebook's
+    register table) are read as ``kernel.attention_kernel`` reads them; otherwise they are
+    not read. The other constexprs are ``kernel.attention_kernel``'s."""
     BLOCK_M: gl.constexpr = BLOCK_Q * G_PAD
     gl.static_assert(not WGMMA or BLOCK_M == 64, "WGMMA: 64 rows")
     # positions per group: consecutive positions of one cache block
@@ -507,8 +555,22 @@ def gluon_attention_kernel(
     k_s = gl.allocate_shared_memory(gl.float16, [BLOCK_KV, D], SMEM)
     v_s = gl.allocate_shared_memory(gl.float16, [BLOCK_KV, D], SMEM)
     q_s = gl.allocate_shared_memory(gl.float16, [BLOCK_M, D], SMEM)
-    sc_s = gl.allocate_shared_memory(gl.float16, [BLOCK_KV], SMEM1)
-    zr_s = gl.allocate_shared_memory(gl.float16, [BLOCK_KV], SMEM1)
+    if CALIBRATED:
+        # the norm-corrected value scales, computed in float32 as the portable kernel does;
+        # no zero points
+        sc_s = gl.allocate_shared_memory(gl.float32, [BLOCK_KV], SMEM1)
+        zr_s = sc_s
+        vlut_words = VCentroids.to(gl.pointer_type(gl.int32))
+        vlut = (
+            gl.load(vlut_words).to(gl.uint32, bitcast=True),
+            gl.load(vlut_words + 1).to(gl.uint32, bitcast=True),
+            gl.load(vlut_words + 2).to(gl.uint32, bitcast=True),
+            gl.load(vlut_words + 3).to(gl.uint32, bitcast=True),
+        )
+    else:
+        sc_s = gl.allocate_shared_memory(gl.float16, [BLOCK_KV], SMEM1)
+        zr_s = gl.allocate_shared_memory(gl.float16, [BLOCK_KV], SMEM1)
+        vlut = (0, 0, 0, 0)
     if KEY_FP8:
         kn_s = sc_s  # unused
         lut = (0, 0, 0, 0)
@@ -534,7 +596,8 @@ def gluon_attention_kernel(
     tok_s = tk[None, :]
     offsets = (kofs, vofs, tok_k, tok_v, tok_s)
     bufs = (k_s, v_s, sc_s, zr_s, kn_s)
-    # column c of the value tile holds head_dim index value_columns(c) (see value_words.py)
+    # column c of the value tile holds head_dim index value_columns(c) (see value_words.py;
+    # calibrated formats' values are looked up in head_dim order)
     dcol = gl.arange(0, D, layout=COLO)
     dout = _value_columns(dcol)
 
@@ -566,8 +629,18 @@ def gluon_attention_kernel(
             # a NaN or ±inf query element makes its row NaN, as in tq_core (kernel.py says why
             # the scores alone do not)
             q_bad = _nonfinite_rows(q)
+            first_bias = gl.zeros([BLOCK_M], gl.float32, ROW)
             if KEY_FP8:
                 q = q * q_mul
+            elif CALIBRATED:
+                # kernel.py's calibrated query: position 0's score term (q * q_mul) . (mu0 - mu),
+                # and the query divided by the key gain before it is rotated
+                ch = h.to(gl.int64) * D + dq
+                shift = gl.load(KeyFirstOffset + ch) - gl.load(KeyOffset + ch)
+                first_bias = gl.convert_layout(gl.sum(q * q_mul * shift[None, :], axis=1), ROW)
+                q = q * ((q_mul / gl.sqrt(D * 1.0)) / gl.load(KeyGain + ch))[None, :]
+                q = _butterflies(q, BLOCK_M, D, 0, LOG2_D - 1)
+                q = _butterflies(gl.convert_layout(q, QE), BLOCK_M, D, LOG2_D - 1, LOG2_D)
             else:
                 # scores in the rotated domain: the query's orthonormal Hadamard transform,
                 # scaled before the butterflies sum it so that they cannot overflow (kernel.py)
@@ -617,6 +690,7 @@ def gluon_attention_kernel(
                 KEY_FP8,
                 KBITS,
                 VBITS,
+                CALIBRATED,
             )
             # the block ids of the tile after the one in flight
             blk = _load_blocks(kv_lo + BLOCK_KV, where, BL, NB, TPB, BLOCK_SIZE)
@@ -644,10 +718,13 @@ def gluon_attention_kernel(
                     KEY_FP8,
                     KBITS,
                     VBITS,
+                    CALIBRATED,
                 )
                 blk = _load_blocks(start + 2 * BLOCK_KV, where, BL, NB, TPB, BLOCK_SIZE)
                 _barrier()  # every warp has read the previous tile
-                _decode_into(current, bufs, lut, BLOCK_KV, D, S2, KEY_FP8, KBITS, VBITS, NORM_CORRECTION)
+                _decode_into(
+                    current, bufs, lut, vlut, BLOCK_KV, D, S2, KEY_FP8, KBITS, VBITS, NORM_CORRECTION, CALIBRATED
+                )
                 if WGMMA:
                     # the decoded tiles (and the query) were written by ordinary stores; the
                     # warpgroup product reads them through the async proxy
@@ -663,6 +740,11 @@ def gluon_attention_kernel(
                     )
                 if not KEY_FP8:
                     s = s * kn_s.load(COL)[None, :]
+                # nested, so that the compile-time test leaves no runtime one in other formats
+                if CALIBRATED:  # noqa: SIM102
+                    if start == 0:
+                        first = start + gl.arange(0, BLOCK_KV, layout=COL) == 0
+                        s = s + gl.where(first[None, :], first_bias[:, None], 0.0)
                 if start + BLOCK_KV > unmasked_hi:
                     pos = start + gl.arange(0, BLOCK_KV, layout=COL)
                     visible = row_ok[:, None] & (pos[None, :] < hi) & (pos[None, :] <= row_pos[:, None])
@@ -677,29 +759,58 @@ def gluon_attention_kernel(
                     acc = warpgroup_mma(w, v_s, acc * gl.convert_layout(factor, ROWO)[:, None])
                 else:
                     acc = mma_v2(w, v_s.load(B_OP), acc * factor[:, None])
-                r_i = _row_sum(r_i, alpha, p, _value_mid(zr_s.load(COL), vscale, VBITS))
+                if CALIBRATED:
+                    # r sums the probability of position 0 (kernel.py)
+                    first = start + gl.arange(0, BLOCK_KV, layout=COL) == 0
+                    r_i = _row_sum(r_i, alpha, p, first.to(gl.float32))
+                else:
+                    r_i = _row_sum(r_i, alpha, p, _value_mid(zr_s.load(COL), vscale, VBITS))
 
             a, b = _output_factors(l_i, r_i, f_i, gl.convert_layout(q_bad, ROW))
-            if WGMMA:
+            if CALIBRATED:
+                # b is the probability of position 0; the accumulator is rotated: rotate each row
+                # back (the orthonormal Hadamard transform, in the query's layouts), divide by the
+                # value gain and add nu + b (nu0 - nu), as kernel.py does
+                o = acc * gl.convert_layout(a / gl.sqrt(D * 1.0), ROWO)[:, None]
+                o = _butterflies(gl.convert_layout(o, QH), BLOCK_M, D, 0, LOG2_D - 1)
+                o = _butterflies(gl.convert_layout(o, QE), BLOCK_M, D, LOG2_D - 1, LOG2_D)
+                dc = gl.arange(0, D, layout=gl.SliceLayout(0, QE))
+                ch_o = h.to(gl.int64) * D + dc
+                nu = gl.load(ValueOffset + ch_o)
+                nu_first_shift = gl.load(ValueFirstOffset + ch_o) - nu
+                b_o = gl.convert_layout(b, gl.SliceLayout(1, QE))
+                o = o / gl.load(ValueGain + ch_o)[None, :] + nu[None, :] + b_o[:, None] * nu_first_shift[None, :]
+                m_o = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, QE))
+                tok_o = qc + m_o // G_PAD
+                row_ok_o = (tok_o < q_len) & (m_o % G_PAD < G)
+                q_row_o = (q_start + tok_o).to(gl.int64)
+                head_o = h * G + m_o % G_PAD
+                out_cols = dc
+                part_cols = dc
+            elif WGMMA:
                 o = acc * gl.convert_layout(a, ROWO)[:, None] + gl.convert_layout(b, ROWO)[:, None]
                 q_row_o = gl.convert_layout(q_row, ROWO)
                 head_o = gl.convert_layout(head, ROWO)
                 row_ok_o = gl.convert_layout(row_ok, ROWO)
+                out_cols = dout
+                part_cols = dcol
             else:
                 o = acc * a[:, None] + b[:, None]
                 q_row_o = q_row
                 head_o = head
                 row_ok_o = row_ok
+                out_cols = dout
+                part_cols = dcol
             if NUM_SPLITS == 1:
                 gl.store(
-                    Out + q_row_o[:, None] * stride_ot + head_o[:, None] * stride_oh + dout[None, :],
+                    Out + q_row_o[:, None] * stride_ot + head_o[:, None] * stride_oh + out_cols[None, :],
                     o.to(Out.dtype.element_ty),
                     mask=row_ok_o[:, None],
                 )
             else:
                 slot = (q_row * NUM_Q_HEADS + head) * NUM_SPLITS + split
                 slot_o = (q_row_o * NUM_Q_HEADS + head_o) * NUM_SPLITS + split
-                # in the accumulator's column order (merge_kernel's VALUE_COLUMNS): pairs of
-                # neighbouring columns leave in one vector store
-                gl.store(Partial + slot_o[:, None] * D + dcol[None, :], o, mask=row_ok_o[:, None])
+                # in the accumulator's column order (merge_kernel's VALUE_COLUMNS; head_dim order
+                # for calibrated formats): pairs of neighbouring columns leave in one vector store
+                gl.store(Partial + slot_o[:, None] * D + part_cols[None, :], o, mask=row_ok_o[:, None])
                 gl.store(Lse + slot, _row_lse(m_i, l_i, gl.convert_layout(q_bad, ROW), SKIP_EMPTY), mask=row_ok)

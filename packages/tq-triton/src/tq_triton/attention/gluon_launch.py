@@ -99,6 +99,7 @@ def compile_gluon(
         BLOCK_Q=block_q,
         BLOCK_KV=block_kv,
         NORM_CORRECTION=p.norm_correction,
+        CALIBRATED=p.calibrated,
         SATURATE_QUERY=False,
         WARPS=warps,
         BALANCE=balance,
@@ -106,6 +107,8 @@ def compile_gluon(
         SKIP_EMPTY=skip_empty,
     )
     types = {"Q": "*bf16", "Cache": "*u8", "Out": "*bf16", "Partial": "*fp32", "Lse": "*fp32", "Centroids": "*fp32"}
+    types |= dict.fromkeys(("KeyGain", "KeyOffset", "KeyFirstOffset", "ValueGain", "ValueOffset"), "*fp32")
+    types |= {"ValueFirstOffset": "*fp32", "VCentroids": "*i32"}
     types |= {"q_mul": "fp32", "q_scale": "fp32", "stride_blk": "i64"}
     types |= dict.fromkeys(("BlockTable", "SeqLens", "QueryStart"), "*i32")
     sig, cx, attrs = {}, {}, {}

@@ -92,7 +92,7 @@ def attention(
 
     A calibrated format (``tq_k4v3``, ``tq_k4v4``, ``tq_k6v5``) needs the layer's
     ``calibration`` (on the cache's device), as ``tq_core.attention`` does; position 0 is
-    each request's first cached token. The portable kernel computes it.
+    each request's first cached token.
 
     Numerics: the query enters an fp16 matrix product, scaled by powers of two chosen from
     ``scale`` alone (:func:`query_scaling`), so any finite ``scale`` and queries up to
@@ -179,8 +179,15 @@ def attention(
         plan.split_programs,
     ]
     # False where the Gluon kernel needs more shared memory than the device has: the
-    # portable kernel then runs, with its own centroid tensor
-    gluon = plan.gluon and launch_gluon(grid, kernel_args, plan.constexprs, plan.options, wgmma=plan.wgmma)
+    # portable kernel then runs, with its own centroid tensors. The Gluon kernel looks
+    # calibrated formats' values up in their register table, whatever key_lut says
+    gluon = plan.gluon and launch_gluon(
+        grid,
+        (*kernel_args, *_calibration_args(p, calibration, d, dev, True)),
+        plan.constexprs,
+        plan.options,
+        wgmma=plan.wgmma,
+    )
     if not gluon:
         if plan.gluon:
             kernel_args[5] = _centroids(p, d, dev, bool(plan.constexprs["KEY_LUT"]))
@@ -205,8 +212,9 @@ def attention(
             NUM_SPLITS=plan.splits,
             SPLITS_PAD=next_pow2(plan.splits),
             D=d,
-            # the Gluon kernel keeps its value columns in value_words order (3- and 4-bit values)
-            VALUE_COLUMNS=gluon,
+            # the Gluon kernel keeps uniform values' columns in value_words order; calibrated
+            # formats' outputs are rotated back in the kernel, in head_dim order
+            VALUE_COLUMNS=gluon and not p.calibrated,
             SKIP_EMPTY=plan.constexprs["SKIP_EMPTY"],
             num_warps=MERGE_WARPS,
         )

@@ -78,19 +78,18 @@ def gluon_available() -> bool:
 
 def gluon_keys(preset: Preset) -> bool:
     """Whether the Gluon kernel decodes the preset's keys: fp8, or 3- or 4-bit codebook
-    codes of an uncalibrated format (looked up in ``key_lut``'s register table, which the
-    launcher then passes as ``Centroids``; for 4-bit codes the table of the symmetric
-    codebook's magnitudes)."""
-    return preset.key_is_fp8 or (preset.key_bits in (3, 4) and not preset.calibrated)
+    codes (looked up in ``key_lut``'s register table, which the launcher then passes as
+    ``Centroids``; for 4-bit codes the table of the symmetric codebook's magnitudes)."""
+    return preset.key_is_fp8 or preset.key_bits in (3, 4)
 
 
 def gluon_values(preset: Preset) -> bool:
     """Whether the Gluon kernel decodes the preset's values: uniform 4-bit codes, or uniform
     3-bit codes where the keys are codebook codes (its value layout shares the 3-bit keys'
-    threads), each with a scale and a zero point (not the calibrated formats' Lloyd-Max
-    values)."""
+    threads), each with a scale and a zero point; or a calibrated format's 3- or 4-bit
+    Lloyd-Max codes with codebook keys (looked up in the value codebook's register table)."""
     if preset.calibrated:
-        return False
+        return preset.value_bits in (3, 4) and not preset.key_is_fp8
     return preset.value_bits == 4 or (preset.value_bits == 3 and not preset.key_is_fp8)
 
 
@@ -98,17 +97,16 @@ def gluon_refusal(preset: Preset, head_dim: int, rows: int, block_kv: int, block
     """Why ``gluon_kernel`` cannot compute this launch, or ``""`` where it can: it needs an
     NVIDIA GPU of compute capability 8.9 or later (fp8 conversions in hardware), keys and
     values it decodes (:func:`gluon_keys`, :func:`gluon_values`: every vLLM preset, k8v4,
-    k3v4_nc, 4bit_nc and 3bit_nc; not the calibrated formats), head_dim 64/128/256, tiles
+    k3v4_nc, 4bit_nc and 3bit_nc, and the calibrated tq_k4v3 and tq_k4v4; not tq_k6v5, whose
+    6-bit keys and 5-bit values have no register table), head_dim 64/128/256, tiles
     of 16, 32 or 64 query rows (one warp per 16), 16-64 tokens per tile, and a power-of-two
     block size (a tile's groups of positions then never straddle a block)."""
-    if preset.calibrated:
-        return f"{preset.name}: the Gluon kernel does not decode calibrated formats"
     if not facts.nvidia or facts.capability < (8, 9):
         return "the device is not an NVIDIA GPU of compute capability 8.9 or later"
     if not (gluon_keys(preset) and gluon_values(preset)):
         return (
             f"{preset.name}: the Gluon kernel decodes fp8, 3- or 4-bit codebook keys with 4-bit values,"
-            " or codebook keys with 3-bit values"
+            " codebook keys with 3-bit values, or 3- and 4-bit Lloyd-Max values with codebook keys"
         )
     if head_dim not in GLUON_HEAD_DIMS:
         return f"head_dim {head_dim} is not one of {GLUON_HEAD_DIMS}"
