@@ -635,10 +635,16 @@ def gluon_attention_kernel(
             elif CALIBRATED:
                 # kernel.py's calibrated query: position 0's score term (q * q_mul) . (mu0 - mu),
                 # and the query divided by the key gain before it is rotated
-                ch = h.to(gl.int64) * D + dq
+                # the vectors read and divided with D / (32 WARPS) channels per thread, then
+                # spread to the query's layout
+                CV: gl.constexpr = gl.BlockedLayout([max(D // (32 * WARPS), 1)], [32], [WARPS], [0])
+                ch = h.to(gl.int64) * D + gl.arange(0, D, layout=CV)
                 shift = gl.load(KeyFirstOffset + ch) - gl.load(KeyOffset + ch)
+                q_cols = (q_mul / gl.sqrt(D * 1.0)) / gl.load(KeyGain + ch)
+                shift = gl.convert_layout(shift, gl.SliceLayout(0, QH))
+                q_cols = gl.convert_layout(q_cols, gl.SliceLayout(0, QH))
                 first_bias = gl.convert_layout(gl.sum(q * q_mul * shift[None, :], axis=1), ROW)
-                q = q * ((q_mul / gl.sqrt(D * 1.0)) / gl.load(KeyGain + ch))[None, :]
+                q = q * q_cols[None, :]
                 q = _butterflies(q, BLOCK_M, D, 0, LOG2_D - 1)
                 q = _butterflies(gl.convert_layout(q, QE), BLOCK_M, D, LOG2_D - 1, LOG2_D)
             else:
@@ -774,13 +780,18 @@ def gluon_attention_kernel(
                 o = acc * gl.convert_layout(a / gl.sqrt(D * 1.0), ROWO)[:, None]
                 o = _butterflies(gl.convert_layout(o, QH), BLOCK_M, D, 0, LOG2_D - 1)
                 o = _butterflies(gl.convert_layout(o, QE), BLOCK_M, D, LOG2_D - 1, LOG2_D)
-                dc = gl.arange(0, D, layout=gl.SliceLayout(0, QE))
+                # then 8 neighbouring columns per thread (QL): the calibration vectors are read
+                # as 16-byte loads, each thread divides by 8 gains, and the rows leave in
+                # vector stores
+                o = gl.convert_layout(o, QL)
+                dc = gl.arange(0, D, layout=gl.SliceLayout(0, QL))
                 ch_o = h.to(gl.int64) * D + dc
                 nu = gl.load(ValueOffset + ch_o)
                 nu_first_shift = gl.load(ValueFirstOffset + ch_o) - nu
-                b_o = gl.convert_layout(b, gl.SliceLayout(1, QE))
-                o = o / gl.load(ValueGain + ch_o)[None, :] + nu[None, :] + b_o[:, None] * nu_first_shift[None, :]
-                m_o = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, QE))
+                inv_gain = 1.0 / gl.load(ValueGain + ch_o)
+                b_o = gl.convert_layout(b, gl.SliceLayout(1, QL))
+                o = o * inv_gain[None, :] + nu[None, :] + b_o[:, None] * nu_first_shift[None, :]
+                m_o = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, QL))
                 tok_o = qc + m_o // G_PAD
                 row_ok_o = (tok_o < q_len) & (m_o % G_PAD < G)
                 q_row_o = (q_start + tok_o).to(gl.int64)
