@@ -2,7 +2,8 @@
 # Call 3, from the repository root with .ab carried (.ab/new.whl: the wheels of the final
 # tree; .ab/src: its tests): the whole GPU suite, then compute-sanitizer memcheck of the
 # memory-safety tests and the Gluon kernel's hostile ones (the calibrated formats' included),
-# then, where STORE_CANDS names it, the store candidates' script.
+# then cands.py for the calibrated formats with the final kernel and table, then, where
+# STORE_CANDS names it, the store candidates' script.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 mkdir -p /tmp/site-new
@@ -20,6 +21,9 @@ echo "== compute-sanitizer memcheck"
     -k "test_memory_safety or (out_of_range and 4bit and 3-8-1) or (calibrated_hostile and (3-8-1 or 1-0-0))" \
     -q -p no:cacheprovider -W ignore -x >"$OUT/memcheck.log" 2>&1
   echo "rc=$?"; grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck.log" | tail -4 )
+date -u
+echo "== candidates"
+PYTHONUNBUFFERED=1 timeout ${T1:-150} python3 -W ignore docs/perf/runs/2026-12-04-calibrated-gluon/cands.py "$OUT/cands3.json" 2>&1 | grep -v "^Triton"
 date -u
 if [ -n "${STORE_CANDS:-}" ]; then
   echo "== store candidates"
