@@ -204,6 +204,28 @@ def _lut16_keys(w, la, lb, ha, hb):
 
 
 @gluon.jit
+def _lookup_tile(w0, w1, w2, table, BLOCK_KV: gl.constexpr, D: gl.constexpr, S2: gl.constexpr, BITS: gl.constexpr):
+    """A tile of 3- or 4-bit codebook codes (``BITS``; :func:`_load_tile`'s words: for 4-bit
+    codes ``w1`` and ``w2`` are ``w0``) looked up in ``table`` (the register table's four
+    words): fp16 centroids ``[BLOCK_KV, D]`` in head_dim order and each position's float32
+    sum of squared centroids ``[NB, TPB]`` in layout ``S2``."""
+    la, lb, ha, hb = table
+    if BITS == 3:
+        c16, cn2 = _lut_keys(
+            w0.to(gl.uint32, bitcast=True),
+            w1.to(gl.uint32, bitcast=True),
+            w2.to(gl.uint32, bitcast=True),
+            la,
+            lb,
+            ha,
+            hb,
+        )
+    else:
+        c16, cn2 = _lut16_keys(w0.to(gl.uint32, bitcast=True), la, lb, ha, hb)
+    return gl.reshape(c16, [BLOCK_KV, D]), gl.convert_layout(gl.sum(cn2, axis=2), S2)
+
+
+@gluon.jit
 def _nibble_word(w0, w1, w2, G: gl.constexpr):
     """Codes ``4 G .. 4 G + 7`` of a 3-bit chunk (words ``w0, w1, w2``, uint32) in the
     nibbles of one word, low nibble first (``key_lut.selectors_fn``' groups ``G`` and
@@ -361,21 +383,7 @@ def _decode_into(
     if KEY_FP8:
         k16 = gl.reshape(_fp8_words_to_fp16(kb), [BLOCK_KV, D])
     else:
-        la, lb, ha, hb = lut
-        if KBITS == 3:
-            c16, cn2 = _lut_keys(
-                kb.to(gl.uint32, bitcast=True),
-                kb1.to(gl.uint32, bitcast=True),
-                kb2.to(gl.uint32, bitcast=True),
-                la,
-                lb,
-                ha,
-                hb,
-            )
-        else:
-            c16, cn2 = _lut16_keys(kb.to(gl.uint32, bitcast=True), la, lb, ha, hb)
-        k16 = gl.reshape(c16, [BLOCK_KV, D])
-        cn2 = gl.convert_layout(gl.sum(cn2, axis=2), S2)
+        k16, cn2 = _lookup_tile(kb, kb1, kb2, lut, BLOCK_KV, D, S2, KBITS)
         knorm = kn.to(gl.float32)
         if NORM_CORRECTION:
             knorm = gl.where(cn2 > 0, knorm * gl.rsqrt(cn2), 0.0)
@@ -384,21 +392,7 @@ def _decode_into(
         # the key tile leaves the registers before the values are looked up: both tables'
         # results live at once would spill
         k_buf.store(k16)
-        va, vb, vha, vhb = vlut
-        if VBITS == 3:
-            c16, vcn2 = _lut_keys(
-                vw.to(gl.uint32, bitcast=True),
-                vw1.to(gl.uint32, bitcast=True),
-                vw2.to(gl.uint32, bitcast=True),
-                va,
-                vb,
-                vha,
-                vhb,
-            )
-        else:
-            c16, vcn2 = _lut16_keys(vw.to(gl.uint32, bitcast=True), va, vb, vha, vhb)
-        v16 = gl.reshape(c16, [BLOCK_KV, D])
-        vcn2 = gl.convert_layout(gl.sum(vcn2, axis=2), S2)
+        v16, vcn2 = _lookup_tile(vw, vw1, vw2, vlut, BLOCK_KV, D, S2, VBITS)
         # the norm-corrected scale of each coded value (a zero vector has scale 0)
         vscale = gl.where(vcn2 > 0, vs.to(gl.float32) * gl.rsqrt(vcn2), 0.0)
         v_buf.store(v16)
