@@ -12,7 +12,8 @@ verification with 8 q heads per kv head has 64-row tiles, with 4 it has 32-row t
 best tile can differ between them), then ``attention[p]["b:dD"]`` for head dimension ``D`` (the
 best register cap differs between head_dim 64 and 256), then the environment variables of
 :data:`ENV_OVERRIDES` (``TQ_BLOCK_KV``, ``TQ_NUM_WARPS``, ... ``TQ_SKIP_EMPTY``). The
-store reads its table entry, then :data:`STORE_ENV_OVERRIDES` (``TQ_CODE_SEARCH``).
+store reads its table entry, then :data:`STORE_ENV_OVERRIDES` (``TQ_CODE_SEARCH``,
+``TQ_STORE_ROTATION``, ``TQ_STORE_LEAN``).
 """
 
 from __future__ import annotations
@@ -96,6 +97,22 @@ class StoreConfig:
     # presets); 0 counts the boundaries at or below each coordinate (one comparison per
     # boundary). Both give the same codes.
     code_search: int = 0
+    # the Hadamard rotation of Lloyd-Max rows (keys, and calibrated formats' values): 0 by
+    # butterflies in float32 registers; 1 as a product with the Hadamard matrix on the matrix
+    # units (tl.dot), each row scaled by a power of two and split exactly into float16 parts
+    # (one for bfloat16 and float16 keys, two for float32 rows), so that only the float32
+    # accumulation rounds: the codes equal 0's except on a rounding boundary
+    rotation: int = 0
+    # 1: fewer instructions per token around the coding, the same codes except on a rounding
+    # boundary: 32-bit offsets inside a program from 64-bit bases, key and value rows read
+    # without waiting for the slots, 1/||x|| as one reciprocal square root per row, uniform
+    # value codes by a truncating conversion of (v - zero) * (1 / scale) + 0.5 (the
+    # division's own reciprocal on cuda) instead of a division, a floor and a select
+    lean: int = 0
+    # cuda only: cap registers per thread (Triton's ``maxnreg``) so that more programs fit on
+    # a multiprocessor (the 64-token tiles with rotation 1 take 160-240); 0 leaves the
+    # choice to the compiler
+    max_registers: int = 0
 
 
 _POW2 = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
@@ -112,6 +129,8 @@ _LIMITS: dict[str, tuple[int, int, bool]] = {
     "max_registers": (0, 255, False),
     "key_lut": (0, 2, False),
     "code_search": (0, 1, False),
+    "rotation": (0, 1, False),
+    "lean": (0, 1, False),
     "min_rows": (16, 128, True),
     "gluon": (0, 1, False),
     "wgmma": (0, 1, False),
@@ -141,6 +160,8 @@ REMOVED_ENV = {
 }
 STORE_ENV_OVERRIDES = {
     "TQ_CODE_SEARCH": "code_search",
+    "TQ_STORE_ROTATION": "rotation",
+    "TQ_STORE_LEAN": "lean",
 }
 
 
@@ -285,7 +306,8 @@ def _store_cached(dev_name: str, preset: str, env: tuple[tuple[str, int], ...]) 
 
 def store_config(device: torch.device, preset: str) -> StoreConfig:
     """The store's launch parameters: built-in defaults, the device's table, then
-    ``TQ_CODE_SEARCH`` from the environment."""
+    :data:`STORE_ENV_OVERRIDES` (``TQ_CODE_SEARCH``, ``TQ_STORE_ROTATION``, ``TQ_STORE_LEAN``)
+    from the environment."""
     return _store_cached(device_key(device), preset, _env_overrides(STORE_ENV_OVERRIDES))
 
 

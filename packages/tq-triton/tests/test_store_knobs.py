@@ -1,0 +1,327 @@
+"""The store's ``rotation`` and ``lean`` knobs (``StoreConfig``) against tq_core.store, for
+every preset: vLLM's four and tq's calibrated formats.
+
+``rotation`` 1 multiplies by the Hadamard matrix on the matrix units with each row scaled by a
+power of two and split exactly into float16 parts; ``lean`` 1 codes with fewer instructions.
+Both keep the codes of the default store except on a rounding boundary. Under Triton's
+interpreter ``tl.dot`` is numpy's float32 product, on a GPU the matrix units add in their
+own order; the split makes every product exact on both, so the two differ only in how the
+float32 sums round, and on the inputs of :func:`test_exact_inputs_store_the_same_bytes`
+every sum is exact on both.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from test_store import _differences_are_rounding_boundaries, caches
+from tqt_helpers import ON_GPU
+
+import tq_core
+import tq_triton
+from tq_core import LayerCalibration, unpack_codes
+from tq_core.hadamard import hadamard_matrix
+from tq_core.testing import random_calibration
+from tq_triton import TuningError, tuning
+from tq_triton.hadamard import fwht_rows_dot
+from tq_triton.store import fp16_row_scale, hadamard_fp16
+from tq_triton.tuning import StoreConfig
+
+EVERY_PRESET = [*tq_core.PRESETS, *tq_core.CALIBRATED_PRESETS]
+N_TOKENS = 3001 if ON_GPU else 77
+# the knobs alone and together, with a tile that leaves the call's last program partly empty
+CONFIGS = {
+    "rotation": StoreConfig(rotation=1),
+    "lean": StoreConfig(lean=1),
+    "both": StoreConfig(rotation=1, lean=1, code_search=1, block_t=32, num_warps=8),
+}
+
+
+def _extra(preset: str, gen: torch.Generator, n: int, heads: int, d: int, device, cal=None) -> dict:
+    if not tq_core.get_preset(preset).calibrated:
+        return {}
+    pos = torch.randint(0, 3, (n,), generator=gen).to(device)
+    return {"calibration": (cal or random_calibration(gen, heads, d)).to(device), "positions": pos}
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("preset", EVERY_PRESET)
+def test_knobs_match_reference(preset, dtype, config, gen, device):
+    """Byte-identical to tq_core.store except for codes on a rounding boundary (as
+    test_store.py holds the default store), NaN and overflowing rows included."""
+    heads, d, n = 3, 128, N_TOKENS
+    k = (torch.randn(n, heads, d, generator=gen) * 3).to(device, dtype)
+    v = torch.randn(n, heads, d, generator=gen).to(device, dtype)
+    k[3, 1, 7] = float("nan")
+    v[8, 1, 2] = float("inf")
+    if dtype == torch.float32:
+        k[5, 0] = 1e20  # finite, but its sum of squares overflows: stored as the zero vector
+    extra = _extra(preset, gen, n, heads, d, device)
+    ref, got, nslots = caches(preset, d, 16, heads, gen, device, n)
+    slots = torch.randperm(nslots, generator=gen)[:n].to(device)
+    slots[::7] = -1
+    tq_core.store(k, v, ref, slots, preset, **extra)
+    tq_triton.store(k, v, got, slots, preset, config=CONFIGS[config], **extra)
+    same = (ref == got).float().mean().item()
+    assert same >= 0.999, f"only {same:.5f} of bytes identical"
+    _differences_are_rounding_boundaries(ref, got, preset, d, k, slots)
+
+
+def _exact_rows(gen: torch.Generator, n: int, heads: int, d: int, scaled: bool) -> torch.Tensor:
+    """float32 rows of multiples of 2**-12 below 4 in magnitude (15 significant bits: two
+    float16 parts, and every Hadamard sum exact in float32), and rows that test the
+    power-of-two scaling: all zero, one NaN, +-inf, an overflowing sum of squares and, with
+    ``scaled``, rows multiplied by 2**-100 and 2**40 (still exact)."""
+    x = torch.randint(-(1 << 14), 1 << 14, (n, heads, d), generator=gen).float() / 4096
+    x[0] = 0.0
+    x[1, 0, 5] = float("nan")
+    x[2, 1, 9] = float("inf")
+    x[3, 0, 0] = -float("inf")
+    x[4, 1] = 1e20
+    if scaled:
+        x[5] *= 2.0**-100
+        x[6] *= 2.0**40
+    return x
+
+
+def _exact_calibration(gen: torch.Generator, heads: int, d: int) -> LayerCalibration:
+    """Gains that are powers of two and offsets that are multiples of 1/16 below 4: the coded
+    rows ``gain * (x - offset)`` of :func:`_exact_rows` stay exact with 15 bits."""
+
+    def off() -> torch.Tensor:
+        return torch.randint(-64, 64, (heads, d), generator=gen).float() / 16
+
+    def gain() -> torch.Tensor:
+        return 2.0 ** torch.randint(-2, 2, (heads, d), generator=gen).float()
+
+    return LayerCalibration(off(), off(), gain(), off(), off(), gain())
+
+
+def _rows_of(field: torch.Tensor, slots: torch.Tensor, block_size: int) -> torch.Tensor:
+    """The entries ``[m, heads, width]`` of a field (``[blocks, heads, block_size, width]``) that
+    the tokens with a slot were written to, in token order."""
+    s = slots[slots >= 0].cpu()
+    return field.cpu()[s // block_size, :, s % block_size]
+
+
+def _assert_on_boundaries(ref, got, what: str, near: torch.Tensor) -> None:
+    """Codes ``ref`` and ``got`` differ only where ``near`` holds (within one level there)."""
+    diff = ref != got
+    assert ((ref - got).abs() <= 1).all(), f"{what}: a code differs by more than one level"
+    assert near[diff].all(), f"{what}: {int((diff & ~near).sum())} codes differ away from a rounding boundary"
+
+
+def _lloyd_max_near(x: torch.Tensor, bounds: torch.Tensor) -> torch.Tensor:
+    """Where the float64 unit vector of rows ``x`` ``[m, heads, d]`` lies within 1e-5 (relative)
+    of a boundary: the only coordinates whose codes a float32 rounding can move."""
+    d = x.shape[-1]
+    x = x.double()
+    u = (x @ hadamard_matrix(d, torch.float64)) / x.norm(dim=-1, keepdim=True)
+    b = bounds.double().cpu()
+    gap = (u[..., None] - b).abs().min(-1).values
+    return gap <= 1e-5 * b.abs().max()
+
+
+def _check_exact(ref, got, preset, d, k, v, slots, cal, positions) -> None:
+    """Every field of ``got`` equals ``ref`` but for codes on a rounding boundary, found in float64
+    from the inputs: Lloyd-Max codes whose unit coordinate lies at a boundary, uniform value
+    codes ``floor(x / scale + 0.5)`` whose ``x / scale`` lies at a half."""
+    p = tq_core.get_preset(preset)
+    lay = p.block_layout(d, ref.shape[1], ref.shape[2])
+    fr, fg = tq_core.block_fields(ref, lay), tq_core.block_fields(got, lay)
+    bs = ref.shape[1]
+    for name in ("norm", "scale", "zero"):
+        a, b = getattr(fr, name), getattr(fg, name)
+        if a is not None:
+            assert torch.equal(a, b), f"{name}: {int((a != b).sum())} bytes differ from tq_core.store"
+    keep = (slots >= 0).cpu()
+    ck, cv = k.cpu().float()[keep], v.cpu().float()[keep]
+    if cal is not None:
+        ck, cv = cal.to("cpu").code(ck, cv, (positions.cpu() == 0)[keep])
+    if p.key_is_fp8:
+        assert torch.equal(fr.key, fg.key), "fp8 key bytes differ"
+    else:
+        ca, cb = (unpack_codes(_rows_of(f.key, slots, bs), p.key_bits, d) for f in (fr, fg))
+        _assert_on_boundaries(ca, cb, "key", _lloyd_max_near(ck, tq_core.key_codebook(p, d)[1]))
+    va, vb = (unpack_codes(_rows_of(f.value, slots, bs), p.value_bits, d) for f in (fr, fg))
+    if p.value_is_uniform:
+        scale = _rows_of(fr.scale, slots, bs).view(torch.float16).double()
+        zero = _rows_of(fr.zero, slots, bs).view(torch.float16).double()
+        q = (cv.double() - zero) / torch.where(scale > 0, scale, 1.0)
+        near = ((q - q.floor()) - 0.5).abs() <= 1e-5 * q.abs().clamp(min=1.0)
+        _assert_on_boundaries(va, vb, "value", near)
+    else:
+        _assert_on_boundaries(va, vb, "value", _lloyd_max_near(cv, tq_core.value_codebook(p, d)[1]))
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("preset", EVERY_PRESET)
+def test_exact_inputs_store_the_same_bytes(preset, dtype, config, gen, device):
+    """Rows whose float32 Hadamard sums are exact, with 15 significant bits in float32 (two
+    float16 parts) or bfloat16's 8 (one part), and the non-finite and scaled rows of
+    :func:`_exact_rows`: every knob writes tq_core.store's norms, scales and zero points bit
+    for bit, and its codes except where a float32 rounding decides them (found in float64:
+    :func:`_check_exact`). A rotation that drops or rounds a part, or scales a row by a wrong
+    power of two, moves codes away from any boundary."""
+    heads, d, n = 2, 128, 40
+    calibrated = tq_core.get_preset(preset).calibrated
+    k = _exact_rows(gen, n, heads, d, scaled=not calibrated).to(device, dtype)
+    v = _exact_rows(gen, n, heads, d, scaled=not calibrated).to(device, dtype)
+    cal = _exact_calibration(gen, heads, d) if calibrated else None
+    extra = _extra(preset, gen, n, heads, d, device, cal)
+    ref, got, nslots = caches(preset, d, 16, heads, gen, device, n)
+    slots = torch.randperm(nslots, generator=gen)[:n].to(device)
+    slots[11] = -1
+    tq_core.store(k, v, ref, slots, preset, **extra)
+    tq_triton.store(k, v, got, slots, preset, config=CONFIGS[config], **extra)
+    _check_exact(ref, got, preset, d, k, v, slots, cal, extra.get("positions"))
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("preset", ["turboquant_k3v4_nc", "tq_k4v3"])
+def test_rotation_at_every_head_dim(preset, head_dim, gen, device):
+    """Head dims whose Hadamard matrix is the whole rotation (64, 128) and one that needs a
+    butterfly stage after the product (256: ``H_256 = H_2 kron H_128``)."""
+    heads, n = 2, 45
+    k = (torch.randn(n, heads, head_dim, generator=gen) * 3).to(device)
+    v = torch.randn(n, heads, head_dim, generator=gen).to(device)
+    extra = _extra(preset, gen, n, heads, head_dim, device)
+    ref, got, nslots = caches(preset, head_dim, 16, heads, gen, device, n)
+    slots = torch.randperm(nslots, generator=gen)[:n].to(device)
+    tq_core.store(k, v, ref, slots, preset, **extra)
+    tq_triton.store(k, v, got, slots, preset, config=StoreConfig(rotation=1, lean=1), **extra)
+    same = (ref == got).float().mean().item()
+    assert same >= 0.999, f"only {same:.5f} of bytes identical"
+    _differences_are_rounding_boundaries(ref, got, preset, head_dim, k, slots)
+
+
+@triton.jit
+def _rotate_kernel(
+    X, Hmat, Y, T: tl.constexpr, D: tl.constexpr, M: tl.constexpr, LOG2_C: tl.constexpr, PARTS: tl.constexpr
+):
+    rows = tl.arange(0, T)[:, None] * D + tl.arange(0, D)[None, :]
+    x = tl.load(X + rows)
+    scale, unscale = fp16_row_scale(tl.sum(x * x, axis=1))
+    y = fwht_rows_dot(x, Hmat, scale, T, D, M, LOG2_C, PARTS)
+    tl.store(Y + rows, y * unscale[:, None])
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_matrix_unit_rotation_keeps_float32_accuracy(head_dim, gen, device):
+    """``fwht_rows_dot`` against the float64 product, over rows from 2**-60 to 2**50 in scale,
+    float32 rows with two float16 parts and bfloat16 rows with one: within ``2**-18 sqrt(D)
+    ||x||`` of it. The interpreter's float32 product stays below ``2**-24 sqrt(D) ||x||``; the
+    bound leaves a GPU's accumulation order room, and a dropped part errs by about 2**-12."""
+    t = 16
+    x = torch.randn(t, head_dim, generator=gen, dtype=torch.float64)
+    x = x * (2.0 ** torch.linspace(-60, 50, t, dtype=torch.float64))[:, None]
+    x = x.float()
+    h = (hadamard_matrix(head_dim, torch.float64) * math.sqrt(head_dim)).round()
+    m = min(head_dim, 128)
+    hm = hadamard_fp16(m, torch.device(device))
+    for parts, rows in ((2, x), (1, x.bfloat16().float())):
+        y = torch.empty(t, head_dim, device=device)
+        _rotate_kernel[(1,)](rows.to(device), hm, y, t, head_dim, m, (head_dim // m).bit_length() - 1, parts)
+        err = (y.double().cpu() - rows.double() @ h).abs()
+        bound = 2.0**-18 * math.sqrt(head_dim) * rows.double().norm(dim=1, keepdim=True)
+        assert (err <= bound).all(), f"{parts} part(s): largest error {(err / bound).max().item():.3g} of the bound"
+
+
+def test_hadamard_fp16_is_sylvester():
+    for m in (16, 64, 128):
+        want = (hadamard_matrix(m, torch.float64) * math.sqrt(m)).round()
+        assert torch.equal(hadamard_fp16(m, torch.device("cpu")).double(), want)
+
+
+def test_knobs_default_off_and_read_from_the_environment(monkeypatch):
+    """Both knobs default to the store as it was (0); the environment overrides the table,
+    and values outside 0-1 are refused."""
+    assert StoreConfig().rotation == 0 and StoreConfig().lean == 0
+    tuning.clear_cache()
+    monkeypatch.setenv("TQ_STORE_ROTATION", "1")
+    monkeypatch.setenv("TQ_STORE_LEAN", "1")
+    cfg = tuning.store_config(torch.device("cpu"), "turboquant_k3v4_nc")
+    assert (cfg.rotation, cfg.lean) == (1, 1)
+    monkeypatch.setenv("TQ_STORE_ROTATION", "2")
+    with pytest.raises(TuningError):
+        tuning.store_config(torch.device("cpu"), "turboquant_k3v4_nc")
+
+
+CANDS = Path(__file__).resolve().parents[3] / "docs" / "perf" / "runs" / "2026-12-04-store" / "cands.py"
+
+
+@pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the script; on a GPU run it at its real shape")
+def test_candidate_script_runs_end_to_end():
+    """``cands.py --small`` under Triton's interpreter: every preset, the current
+    configuration and every candidate that applies, each compared with the current cache,
+    and the JSON line last, so that the script cannot fail on the device for want of a run."""
+    spec = importlib.util.spec_from_file_location("store_cands", CANDS)
+    cands = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cands)
+    env = dict(os.environ, TRITON_INTERPRET="1", TQ_TEST_DEVICE="cpu")
+    out = subprocess.run(
+        [sys.executable, str(CANDS), "--small"], env=env, capture_output=True, text=True, timeout=900, check=True
+    )
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["small"] and summary["all_ok"], out.stdout
+    want = {
+        (p, name)
+        for p in EVERY_PRESET
+        for name in ("current", *cands.CANDIDATES)
+        if name == "current" or cands.applies(p, cands.CANDIDATES[name])
+    }
+    got = {(r["preset"], r["config"]) for r in summary["results"]}
+    assert got == want
+    assert all(r["codes_differ"] == 0 for r in summary["results"] if r["config"] != "current")
+
+
+class _GrabLaunch:
+    """Stands in for the jitted store kernel: records its launch keywords instead of running."""
+
+    def __init__(self) -> None:
+        self.kwargs: dict | None = None
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.kwargs = kwargs
+
+        return launch
+
+
+@pytest.mark.parametrize(("nvidia", "cap", "want"), [(True, 128, 128), (True, 0, None), (False, 128, None)])
+def test_register_cap_reaches_nvidia_launches_only(nvidia, cap, want, monkeypatch, device):
+    st = sys.modules["tq_triton.store"]
+    grab = _GrabLaunch()
+    monkeypatch.setattr(st, "_store_kernel", grab)
+    monkeypatch.setattr(st, "nvidia", lambda dev: nvidia)
+    _, cache, _ = caches("turboquant_k3v4_nc", 64, 16, 1, torch.Generator().manual_seed(0), device, 4)
+    x = torch.zeros(4, 1, 64, device=device)
+    st.store(x, x, cache, torch.arange(4, device=device), "turboquant_k3v4_nc", config=StoreConfig(max_registers=cap))
+    assert grab.kwargs.get("maxnreg") == want
+
+
+@pytest.mark.parametrize(("stride", "lean"), [((1 << 24) - 64, True), (1 << 24, False)])
+def test_lean_needs_32_bit_offsets_inside_a_program(stride, lean, monkeypatch, device):
+    """``lean`` adds ``r * stride`` in 32 bits for the program's tokens ``r < block_t``: a row
+    stride that could overflow them (here 2**24 rows apart with 128-token programs) runs the
+    store with ``lean`` 0."""
+    st = sys.modules["tq_triton.store"]
+    grab = _GrabLaunch()
+    monkeypatch.setattr(st, "_store_kernel", grab)
+    _, cache, _ = caches("turboquant_k3v4_nc", 64, 16, 1, torch.Generator().manual_seed(0), device, 2)
+    x = torch.zeros(stride + 64, dtype=torch.bfloat16, device=device).as_strided((2, 1, 64), (stride, 64, 1))
+    cfg = StoreConfig(lean=1, block_t=128)
+    st.store(x, x, cache, torch.arange(2, device=device), "turboquant_k3v4_nc", config=cfg)
+    assert grab.kwargs["LEAN"] is lean
