@@ -10,6 +10,7 @@ Byte-identical to ``tq_core.store`` except for codes that sit on a rounding boun
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -19,6 +20,7 @@ import triton.language as tl
 
 from tq_core import LayerCalibration, Preset
 from tq_core.contract import check_store_args, debug_enabled
+from tq_core.hadamard import hadamard_matrix
 
 from .bitpack import store_codes
 from .cache_fields import FP16_BYTES, field_ptr
@@ -385,13 +387,9 @@ def _store_kernel(
 @functools.cache
 def hadamard_fp16(m: int, device: torch.device) -> torch.Tensor:
     """The unnormalised Sylvester Hadamard matrix of order ``m`` (entries +-1, exact in
-    float16) on ``device``: the store's ``rotation`` 1 multiplies by it."""
-    i = torch.arange(m)
-    bits = i[:, None] & i[None, :]
-    parity = torch.zeros_like(bits)
-    for b in range(m.bit_length()):
-        parity ^= (bits >> b) & 1
-    return (1 - 2 * parity).to(torch.float16).to(device)
+    float16) on ``device``: the store's ``rotation`` 1 multiplies by it (tq-core's
+    orthonormal matrix times ``sqrt(m)``, rounded to the exact +-1)."""
+    return (hadamard_matrix(m, torch.float64) * math.sqrt(m)).round().to(torch.float16).to(device)
 
 
 def rotation_order(head_dim: int) -> int:
