@@ -201,10 +201,13 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
     tables' integer emulation, for 3- and 4-bit codebook keys and calibrated values;
     ``BALANCE``, ``split_budget``'s split sizes, and ``SKIP_EMPTY``, ``skip_empty``, where
     the launch has kv splits), and the merge kernel with ``SKIP_EMPTY``."""
+    import torch
+
     import tq_core
     from tq_triton.attention.kernel import MERGE_WARPS, attention_kernel, merge_kernel
     from tq_triton.attention.plan import kernel_constexprs, next_pow2, plan_block_q
     from tq_triton.store import _store_kernel
+    from tq_triton.store import kernel_constexprs as store_constexprs
     from tq_triton.tuning import _store_cached, q_bucket
 
     table = xe2_table()
@@ -220,11 +223,10 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
         for d in head_dims:
             fields = p.kernel_fields(p.block_layout(d, BLOCK_SIZE, NUM_KV_HEADS)).constexprs()
             scfg = _store_cached(XE2_DEVICE_NAME, name, ())
-            scx = dict(fields, NUM_BOUNDS=0 if p.key_is_fp8 else (1 << p.key_bits) - 1, BLOCK_T=scfg.block_t)
-            scx["CODE_SEARCH"] = bool(scfg.code_search)
-            scx["CALIBRATED"] = p.calibrated
-            scx["stride_sm"] = 1
+            # the store's own compile-time arguments (every knob at the table's value)
+            scx = store_constexprs(p, fields, scfg, torch.bfloat16) | {"stride_sm": 1}
             stypes = {"K": f"*{INPUT_DTYPE}", "V": f"*{INPUT_DTYPE}", "Cache": "*u8", "SlotMapping": "*i64"}
+            stypes["Hmat"] = "*fp16"
             stypes |= dict.fromkeys(("Bounds", "VBounds", *CALIBRATION_ARGS), "*fp32") | {"Positions": "*i64"}
             yield Job.of(
                 "store",
