@@ -227,7 +227,8 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
             scx = store_constexprs(p, fields, scfg, torch.bfloat16) | {"stride_sm": 1}
             stypes = {"K": f"*{INPUT_DTYPE}", "V": f"*{INPUT_DTYPE}", "Cache": "*u8", "SlotMapping": "*i64"}
             stypes["Hmat"] = "*fp16"
-            stypes |= dict.fromkeys(("Bounds", "VBounds", *CALIBRATION_ARGS), "*fp32") | {"Positions": "*i64"}
+            tables = ("Bounds", "VBounds", "KCentroids", "VCentroids", *CALIBRATION_ARGS)
+            stypes |= dict.fromkeys(tables, "*fp32") | {"Positions": "*i64"}
             yield Job.of(
                 "store",
                 f"{name} d{d}",

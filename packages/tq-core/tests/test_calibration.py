@@ -95,15 +95,19 @@ def test_statistics_against_numpy(gen):
 
 def test_identity_calibration_is_vllms_key_code(gen):
     """With zero offsets and unit gains, tq_k4v4 codes keys exactly as turboquant_4bit_nc does
-    and values with that same Lloyd-Max code."""
+    and values with that same Lloyd-Max code; its norm fields hold the norm that
+    4bit_nc's decoder computes (norm over the centroids' norm), within one fp16 rounding."""
     n, hk, d = 37, 2, 64
     key, value = randn(gen, n, hk, d), randn(gen, n, hk, d, scale=2.0)
     cal = layer_cal(gen, hk, d, identity=True)
     mine = tq_core.encode_fields(key, value, "tq_k4v4", cal, torch.zeros(n, dtype=torch.bool))
     ref_k = tq_core.encode_fields(key, key, "turboquant_4bit_nc")
     ref_v = tq_core.encode_fields(value, value, "turboquant_4bit_nc")
-    assert torch.equal(mine.key_codes, ref_k.key_codes) and torch.equal(mine.key_norm, ref_k.key_norm)
-    assert torch.equal(mine.value_codes, ref_v.key_codes) and torch.equal(mine.value_scale, ref_v.key_norm)
+    assert torch.equal(mine.key_codes, ref_k.key_codes) and torch.equal(mine.value_codes, ref_v.key_codes)
+    cent, _ = tq_core.key_codebook("turboquant_4bit_nc", d)
+    for x, codes, stored in ((key, ref_k.key_codes, mine.key_norm), (value, ref_v.key_codes, mine.value_scale)):
+        cnorm = cent[tq_core.unpack_codes(codes, 4, d)].norm(dim=-1)
+        torch.testing.assert_close(stored.float(), x.float().norm(dim=-1) / cnorm, rtol=2**-11, atol=0)
     assert mine.value_zero is None
 
 

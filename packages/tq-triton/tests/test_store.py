@@ -50,15 +50,30 @@ def _differences_are_rounding_boundaries(ref, got, preset, head_dim, k, slots):
     lay = p.block_layout(head_dim, ref.shape[1], ref.shape[2])
     fr, fg = tq_core.block_fields(ref, lay), tq_core.block_fields(got, lay)
     # fp16 norm and scale come from float32 sums / divisions done in another order:
-    # at most one fp16 step apart (a rounding boundary); the zero point (the minimum) is exact
+    # at most one fp16 step apart (a rounding boundary); the zero point (the minimum) is exact.
+    # A format that folds the centroids' norm into the stored one (Preset.folds_norm) may
+    # differ more where a code of that row sits on a boundary: one level of one code moves
+    # the centroids' norm by at most a few percent
+    recoded = {}
+    if p.folds_norm:
+        for name, field, bits in (("norm", "key", p.key_bits), ("scale", "value", p.value_bits)):
+            x, y = getattr(fr, field), getattr(fg, field)
+            ca = unpack_codes(x.reshape(-1, x.shape[-1]), bits, head_dim)
+            cb = unpack_codes(y.reshape(-1, y.shape[-1]), bits, head_dim)
+            recoded[name] = (ca != cb).any(-1).reshape(x.shape[:-1])
     for name in ("norm", "scale", "zero"):
         a, b = getattr(fr, name), getattr(fg, name)
         if a is None:
             continue
-        ia = a.contiguous().view(torch.int16).int()
-        ib = b.contiguous().view(torch.int16).int()
+        ia = a.contiguous().view(torch.int16).squeeze(-1).int()
+        ib = b.contiguous().view(torch.int16).squeeze(-1).int()
         limit = 0 if name == "zero" else 1
-        assert (ia - ib).abs().max().item() <= limit, f"{name} differs by more than {limit} fp16 step"
+        off = (ia - ib).abs() > limit
+        if name in recoded:
+            fa = a.contiguous().view(torch.float16).squeeze(-1).float()
+            fb = b.contiguous().view(torch.float16).squeeze(-1).float()
+            off &= ~(recoded[name] & ((fa - fb).abs() <= 0.05 * fa.abs()))
+        assert not off.any(), f"{name} differs by more than {limit} fp16 step"
     if p.key_is_fp8:
         assert torch.equal(fr.key, fg.key), "fp8 key bytes differ"
     else:

@@ -13,7 +13,12 @@ computed with the stored fp16 scale and zero so that the decoder's ``zero + code
 is the nearest representable level.
 
 Values, Lloyd-Max (tq's calibrated formats): coded exactly like a Lloyd-Max key with
-``value_bits`` bits (fp16 norm in the scale field, no zero point).
+``value_bits`` bits (the norm in the scale field, no zero point).
+
+tq's calibrated formats fold the norm correction into the stored number
+(``Preset.folds_norm``): a Lloyd-Max key's norm field and value's scale field hold fp16
+``||x|| / ||c||`` (float32 quotient, ``c`` the coded row's centroid vector), and decoding is
+``stored * c`` with no sum of squares at read time.
 
 Calibrated formats code ``a * (k - mu_p)`` and ``b * (v - nu_p)`` instead of the key and
 value (:mod:`tq_core.calibration`); decoding with the layer's calibration returns the
@@ -118,10 +123,11 @@ def _from_fp16_bytes(b: torch.Tensor) -> torch.Tensor:
     return b.contiguous().view(torch.float16).squeeze(-1)
 
 
-def lloyd_max_encode(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+def lloyd_max_encode(x: torch.Tensor, bits: int, fold_norm: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Vectors ``[..., d]`` -> (packed ``bits``-bit Lloyd-Max codes of ``H x / ||x||``, fp16
     norms): the code of Lloyd-Max keys, and of the values of tq's calibrated formats. A
-    vector whose sum of squares is not finite in float32 is coded as the zero vector."""
+    vector whose sum of squares is not finite in float32 is coded as the zero vector.
+    ``fold_norm``: the fp16 number is ``||x|| / ||c||`` (``Preset.folds_norm``)."""
     x = x.float()
     d = x.shape[-1]
     bad = ~torch.isfinite((x * x).sum(-1))  # the fused store's test: its own sum of squares
@@ -130,10 +136,13 @@ def lloyd_max_encode(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Te
     y = rotate(x)
     safe = torch.where(norm > 0, norm, torch.ones_like(norm))
     unit = torch.where((norm > 0)[..., None], y / safe[..., None], torch.zeros_like(y))
-    _, bounds = _bits_codebook(bits, d, x.device)
+    cent, bounds = _bits_codebook(bits, d, x.device)
     # a coordinate exactly on a boundary takes the upper code, as vLLM's store does
     codes = torch.searchsorted(bounds, unit.contiguous(), right=True)
     codes = torch.where(bad[..., None], torch.zeros_like(codes), codes)
+    if fold_norm:
+        # a Gaussian codebook has no zero centroid, so ||c|| > 0 for every row
+        norm = norm / torch.linalg.vector_norm(cent[codes], dim=-1)
     norm16 = norm.clamp(max=FP16_MAX).to(torch.float16)
     return pack_codes(codes, bits), norm16
 
@@ -158,7 +167,7 @@ def quantize_keys(key: torch.Tensor, preset: Preset) -> tuple[torch.Tensor, torc
     if preset.key_is_fp8:
         fp8 = torch.nan_to_num(k, nan=0.0).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
         return fp8.view(torch.uint8), None
-    return lloyd_max_encode(k, preset.key_bits)
+    return lloyd_max_encode(k, preset.key_bits, preset.folds_norm)
 
 
 def dequantize_keys(
@@ -215,7 +224,7 @@ def encode_fields(
     if p.value_is_uniform:
         vc, vs, vz = quantize_values(value, p.value_bits)
         return EncodedKV(kc, kn, vc, vs, vz)
-    vc, vn = lloyd_max_encode(value, p.value_bits)
+    vc, vn = lloyd_max_encode(value, p.value_bits, p.folds_norm)
     return EncodedKV(kc, kn, vc, vn, None)
 
 

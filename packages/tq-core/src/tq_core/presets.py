@@ -20,19 +20,20 @@ VALUE_KINDS: tuple[str, ...] = ("uniform", "lloyd_max")
 
 # (name, key_kind, key_bits, value_bits, norm_correction, value_kind, calibrated) of every
 # preset tq implements. The kernels are specialised to exactly these formats (tq-triton
-# unpacks 3- and 4-bit codes only and always applies norm correction to Lloyd-Max keys;
-# tq-sycl looks presets up by name), so a Preset must be one of them: a custom format would
-# be accepted by the reference codec and computed differently, or not at all, by the fast
-# backends. The first four are vLLM's, byte for byte; the ``tq_*`` formats are tq's own
-# (docs/format.md, "Calibrated formats").
+# unpacks 3- and 4-bit codes only; tq-sycl looks presets up by name), so a Preset must be one
+# of them: a custom format would be accepted by the reference codec and computed
+# differently, or not at all, by the fast backends. The first four are vLLM's, byte for
+# byte (their decoders correct the norm: ``norm_correction``); the ``tq_*`` formats are tq's
+# own (docs/format.md, "Calibrated formats"), which store the corrected norm instead
+# (``Preset.folds_norm``), so that their decoders only multiply.
 _SHIPPED: tuple[tuple[str, str, int, int, bool, str, bool], ...] = (
     ("turboquant_k8v4", "fp8", 8, 4, False, "uniform", False),
     ("turboquant_4bit_nc", "lloyd_max", 4, 4, True, "uniform", False),
     ("turboquant_k3v4_nc", "lloyd_max", 3, 4, True, "uniform", False),
     ("turboquant_3bit_nc", "lloyd_max", 3, 3, True, "uniform", False),
-    ("tq_k4v3", "lloyd_max", 4, 3, True, "lloyd_max", True),
-    ("tq_k4v4", "lloyd_max", 4, 4, True, "lloyd_max", True),
-    ("tq_k6v5", "lloyd_max", 6, 5, True, "lloyd_max", True),
+    ("tq_k4v3", "lloyd_max", 4, 3, False, "lloyd_max", True),
+    ("tq_k4v4", "lloyd_max", 4, 4, False, "lloyd_max", True),
+    ("tq_k6v5", "lloyd_max", 6, 5, False, "lloyd_max", True),
 )
 
 
@@ -44,8 +45,11 @@ class Preset:
     ``"lloyd_max"`` (norm + Hadamard-rotated unit vector, ``key_bits`` Lloyd-Max codes).
     ``value_kind`` is ``"uniform"`` (per-token asymmetric uniform with ``value_bits`` bits:
     fp16 scale and zero point) or ``"lloyd_max"`` (coded like a Lloyd-Max key: fp16 norm and
-    ``value_bits`` codes of the rotated unit vector). ``calibrated`` formats encode keys and
-    values against per-layer statistics of the model (:class:`tq_core.Calibration`).
+    ``value_bits`` codes of the rotated unit vector). ``norm_correction``: the decoder
+    rescales a Lloyd-Max row's centroid vector ``c`` to unit length (``||x|| * c / ||c||``).
+    ``calibrated`` formats encode keys and values against per-layer statistics of the model
+    (:class:`tq_core.Calibration`) and store ``||x|| / ||c||`` in the norm fields
+    (:attr:`folds_norm`), so their decoders need no correction.
 
     Only the shipped formats (:data:`PRESETS`, :data:`CALIBRATED_PRESETS`) can be
     constructed: every field is validated and any other combination raises
@@ -108,6 +112,15 @@ class Preset:
     @property
     def value_is_uniform(self) -> bool:
         return self.value_kind == "uniform"
+
+    @property
+    def folds_norm(self) -> bool:
+        """Whether the stored norm of a Lloyd-Max row (a key's norm, a Lloyd-Max value's
+        scale) is ``||x|| / ||c||``, ``c`` the row's centroid vector, so that decoding is the
+        centroids times the stored number: tq's calibrated formats. vLLM's formats store
+        ``||x||`` and divide by ``||c||`` when decoding (``norm_correction``), which costs
+        every read a sum of squares."""
+        return self.calibrated
 
     def check_head_dim(self, head_dim: int, arg: str = "head_dim") -> None:
         if not isinstance(head_dim, int) or head_dim not in SUPPORTED_HEAD_DIMS:

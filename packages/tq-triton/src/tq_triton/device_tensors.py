@@ -27,11 +27,14 @@ def cached_codebook(
 
 
 @functools.cache
-def cached_value_codebook(preset: Preset, head_dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def cached_value_codebook(
+    preset: Preset, head_dim: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The Lloyd-Max values' tables of a calibrated format, shared by every launch (launchers
-    only): (boundaries float32, centroids float16), scaled by 1/sqrt(head_dim)."""
+    only): (boundaries float32, centroids float16, centroids float32), scaled by
+    1/sqrt(head_dim)."""
     cent, bounds = value_codebook(preset, head_dim, "cpu")
-    return bounds.to(device), cent.to(torch.float16).to(device)
+    return bounds.to(device), cent.to(torch.float16).to(device), cent.to(device)
 
 
 def codebook(preset: Preset, head_dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -162,12 +162,16 @@ def _lloyd_max_code(
     LOG2_ROT_C: tl.constexpr = 0,
     PARTS: tl.constexpr = 2,
     LEAN: tl.constexpr = False,
+    Centroids=None,
+    FOLD: tl.constexpr = False,
 ):
     """Rows ``x`` ``[BLOCK_T, D]`` (float32) -> (codes ``[BLOCK_T, D]`` of ``H x / ||x||``,
     norms ``[BLOCK_T]``): the Lloyd-Max code of keys, and of calibrated formats' values. A
     row whose sum of squares is not finite gets norm 0 and code 0 throughout.
     ``ROTATION`` 1 rotates on the matrix units (:func:`~tq_triton.hadamard.fwht_rows_dot`
-    with ``Hmat`` of order ``ROT_M`` and ``PARTS`` float16 parts), 0 by butterflies."""
+    with ``Hmat`` of order ``ROT_M`` and ``PARTS`` float16 parts), 0 by butterflies.
+    ``FOLD`` (``Preset.folds_norm``): the norm is divided by the norm of the row's centroids
+    (float32 ``Centroids``, gathered by code; no Gaussian centroid is 0)."""
     ss = tl.sum(x * x, axis=1)  # NaN or inf for a row with a non-finite element
     bad = ~(ss < FP32_INF)
     norm = tl.where(bad, 0.0, tl.sqrt(ss))
@@ -193,6 +197,9 @@ def _lloyd_max_code(
         codes = codebook_codes_bsearch(u, Bounds, BITS)
     else:
         codes = codebook_codes(u, Bounds, NUM_BOUNDS)
+    if FOLD:
+        c = tl.load(Centroids + codes)
+        norm = norm / tl.sqrt(tl.sum(c * c, axis=1))
     return codes, norm
 
 
@@ -236,6 +243,8 @@ def _store_kernel(
     ValueOffset,
     ValueFirstOffset,
     VBounds,
+    KCentroids,
+    VCentroids,
     Hmat,
     BLOCK_SIZE: tl.constexpr,
     HEAD_STRIDE: tl.constexpr,
@@ -265,11 +274,13 @@ def _store_kernel(
     """``CALIBRATED``: a calibrated format (docs/format.md): each token's position is read
     from ``Positions`` (position 0 is coded against the first-position offsets), keys and
     values are coded as ``gain * (x - offset)`` with the kv head's calibration vectors
-    (contiguous float32 ``[num_kv_heads, D]``), and values take the Lloyd-Max code of
-    ``VBITS`` bits (boundaries ``VBounds``) with their norm in the scale field. Otherwise
-    none of those pointers is read. ``ROTATION`` and ``LEAN``: ``StoreConfig.rotation`` and
-    ``lean`` (``Hmat``: the Hadamard matrix ``rotation`` 1 multiplies by, of order ``ROT_M``;
-    ``KEY_PARTS``, ``VALUE_PARTS``: the float16 parts of each row, see ``kernel_constexprs``)."""
+    (contiguous float32 ``[num_kv_heads, D]``), values take the Lloyd-Max code of
+    ``VBITS`` bits (boundaries ``VBounds``), and the key norm and value scale fields hold
+    each row's norm over its centroids' norm (float32 centroids ``KCentroids``,
+    ``VCentroids``; ``Preset.folds_norm``). Otherwise none of those pointers is read.
+    ``ROTATION`` and ``LEAN``: ``StoreConfig.rotation`` and ``lean`` (``Hmat``: the Hadamard
+    matrix ``rotation`` 1 multiplies by, of order ``ROT_M``; ``KEY_PARTS``, ``VALUE_PARTS``:
+    the float16 parts of each row, see ``kernel_constexprs``)."""
     pid_t = tl.program_id(0)
     h = tl.program_id(1).to(tl.int64)
     t = pid_t.to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -323,6 +334,8 @@ def _store_kernel(
             LOG2_ROT_C=LOG2_ROT_C,
             PARTS=KEY_PARTS,
             LEAN=LEAN,
+            Centroids=KCentroids,
+            FOLD=CALIBRATED,
         )
         kptr = field_ptr(base, off, KEY_OFF, KEY_BYTES).to(tl.pointer_type(tl.int32))
         store_codes(kptr, ok, codes, KBITS, D, BLOCK_T)
@@ -350,6 +363,8 @@ def _store_kernel(
             LOG2_ROT_C=LOG2_ROT_C,
             PARTS=VALUE_PARTS,
             LEAN=LEAN,
+            Centroids=VCentroids,
+            FOLD=CALIBRATED,
         )
         vptr = field_ptr(base, off, VAL_OFF, VAL_BYTES).to(tl.pointer_type(tl.int32))
         store_codes(vptr, ok, vcodes, VBITS, D, BLOCK_T)
@@ -466,7 +481,7 @@ def store(
     if value.stride(2) != 1:
         value = value.contiguous()
     p = args.preset
-    bounds = dummy(key.device) if p.key_is_fp8 else cached_codebook(p, d, key.device)[1]
+    kcent, bounds = (dummy(key.device),) * 2 if p.key_is_fp8 else cached_codebook(p, d, key.device)[:2]
     cfg = config or store_config(key.device, p.name)
     if cfg.lean and cfg.block_t * max(key.stride(0), value.stride(0), slot_mapping.stride(0)) >= 1 << 31:
         cfg = replace(cfg, lean=0)  # lean's offsets inside a program are 32-bit
@@ -475,10 +490,10 @@ def store(
     if p.calibrated:
         assert calibration is not None and args.positions is not None  # check_store_args requires them
         cal = (args.positions, args.positions.stride(0), *calibration.kernel_vectors())
-        vbounds = cached_value_codebook(p, d, key.device)[0]
+        vbounds, _, vcent = cached_value_codebook(p, d, key.device)
     else:
         cal = (dummy(key.device), 0, *(dummy(key.device),) * 6)
-        vbounds = dummy(key.device)
+        vbounds = vcent = dummy(key.device)
     _store_kernel[grid](
         key,
         value,
@@ -495,6 +510,8 @@ def store(
         kv_cache.stride(0),
         *cal,
         vbounds,
+        kcent,
+        vcent,
         hmat,
         **kernel_constexprs(p, args.fields.constexprs(), cfg, key.dtype),
         num_warps=cfg.num_warps,

@@ -81,8 +81,9 @@ inline float value_coord(const uint8_t* row, int32_t c, int32_t bits, float scal
   return zero + static_cast<float>(code_at(row, c, bits)) * scale;
 }
 
-// A calibrated format's coded value in the rotated domain, norm * c / ||c|| (the key rule with
-// the value codebook); attention rotates its output back once per row.
+// A calibrated format's coded value in the rotated domain: the key rule with the value
+// codebook (its scale field holds norm / ||c||, so norm_correction is off and this is
+// scale * c); attention rotates its output back once per row.
 inline void dequant_lloyd_max_value(const uint8_t* region, int32_t t, const BlockLayout& l, const Preset& p,
                                     const float* value_centroids, float* v) {
   const uint8_t* row = value_row(region, t, l);
@@ -92,7 +93,7 @@ inline void dequant_lloyd_max_value(const uint8_t* region, int32_t t, const Bloc
     v[c] = x;
     sumsq += x * x;
   }
-  const float mul = key_row_multiplier(value_scale(region, t, l), sumsq, true);
+  const float mul = key_row_multiplier(value_scale(region, t, l), sumsq, p.norm_correction != 0);
   for (int32_t c = 0; c < l.head_dim; ++c) v[c] *= mul;
 }
 

@@ -376,8 +376,9 @@ def _decode_into(
     (:func:`_value_chunks_to_words`), so that both widths leave the same column order.
     ``CALIBRATED``: the values are 3- or 4-bit Lloyd-Max codes, looked up as the keys are
     (``vlut``: the value codebook's register table) into head_dim order, and the value
-    scales buffer (float32) takes each value's norm over its centroids' norm; the zero
-    points buffer is not written."""
+    scales buffer (float32) takes each value's scale (stored as its norm over its
+    centroids' norm, ``Preset.folds_norm``; divided here only with ``NORM_CORRECTION``);
+    the zero points buffer is not written."""
     kb, kb1, kb2, kn, vw, vw1, vw2, vs, vz = tile
     k_buf, v_buf, sc_buf, zr_buf, kn_buf = bufs
     if KEY_FP8:
@@ -393,8 +394,11 @@ def _decode_into(
         # results live at once would spill
         k_buf.store(k16)
         v16, vcn2 = _lookup_tile(vw, vw1, vw2, vlut, BLOCK_KV, D, S2, VBITS)
-        # the norm-corrected scale of each coded value (a zero vector has scale 0)
-        vscale = gl.where(vcn2 > 0, vs.to(gl.float32) * gl.rsqrt(vcn2), 0.0)
+        # each value's scale; the sums of squares the lookup returns are dead code unless the
+        # decoder corrects the norm (ptxas removes them)
+        vscale = vs.to(gl.float32)
+        if NORM_CORRECTION:
+            vscale = gl.where(vcn2 > 0, vscale * gl.rsqrt(vcn2), 0.0)
         v_buf.store(v16)
         sc_buf.store(gl.reshape(vscale, [BLOCK_KV]))
     else:
@@ -550,8 +554,7 @@ def gluon_attention_kernel(
     v_s = gl.allocate_shared_memory(gl.float16, [BLOCK_KV, D], SMEM)
     q_s = gl.allocate_shared_memory(gl.float16, [BLOCK_M, D], SMEM)
     if CALIBRATED:
-        # the norm-corrected value scales, computed in float32 as the portable kernel does;
-        # no zero points
+        # the value scales in float32, as the portable kernel reads them; no zero points
         sc_s = gl.allocate_shared_memory(gl.float32, [BLOCK_KV], SMEM1)
         zr_s = sc_s
         vlut_words = VCentroids.to(gl.pointer_type(gl.int32))

@@ -127,9 +127,9 @@ def attend_tile(
     ``CALIBRATED`` (tq's calibrated formats, docs/format.md): ``first_bias`` ``[M]`` is added
     to each row's score of position 0 (the query's product with ``mu0 - mu``), the values
     are Lloyd-Max vectors decoded from ``VCentroids`` (the fp16 codebook of ``VBITS``
-    bits) in the rotated domain, with their norm-corrected scales folded into the
-    probabilities, and ``r`` sums the probability of position 0 instead of value offsets.
-    Otherwise ``VCentroids`` and ``first_bias`` are not read."""
+    bits) in the rotated domain, with their scales (stored norm-corrected,
+    ``Preset.folds_norm``) folded into the probabilities, and ``r`` sums the probability
+    of position 0 instead of value offsets. Otherwise ``VCentroids`` and ``first_bias`` are not read."""
     ckw, ckn, cvw, cvs, cvz = tile
     pos = start + tl.arange(0, BLOCK_KV)
     if KEY_FP8:
@@ -158,8 +158,10 @@ def attend_tile(
         if q16.shape[0] >= 64:
             # pins the value tile's layout, as for the keys above (Triton 3.6, 64 query rows)
             v16 = tl.where((pos < hi)[:, None], v16, 0.0)
-        # the norm-corrected scale of each coded value (a zero vector has scale 0)
-        vscale = tl.where(vcn2 > 0, cvs.to(tl.float32) * tl.math.rsqrt(vcn2), 0.0)
+        vscale = cvs.to(tl.float32)
+        if NORM_CORRECTION:
+            # the norm-corrected scale of each coded value (a zero vector has scale 0)
+            vscale = tl.where(vcn2 > 0, vscale * tl.math.rsqrt(vcn2), 0.0)
     else:
         vscale = cvs.to(tl.float32)
     m_i, l_i, f_i, w, factor, p, alpha = tile_step(s, q_scale, m_i, l_i, f_i, vscale)
