@@ -264,6 +264,7 @@ def _store_kernel(
     BLOCK_T: tl.constexpr,
     CODE_SEARCH: tl.constexpr = False,
     CALIBRATED: tl.constexpr = False,
+    FOLD_NORM: tl.constexpr = False,
     ROTATION: tl.constexpr = 0,
     LEAN: tl.constexpr = False,
     ROT_M: tl.constexpr = 128,
@@ -275,9 +276,10 @@ def _store_kernel(
     from ``Positions`` (position 0 is coded against the first-position offsets), keys and
     values are coded as ``gain * (x - offset)`` with the kv head's calibration vectors
     (contiguous float32 ``[num_kv_heads, D]``), values take the Lloyd-Max code of
-    ``VBITS`` bits (boundaries ``VBounds``), and the key norm and value scale fields hold
-    each row's norm over its centroids' norm (float32 centroids ``KCentroids``,
-    ``VCentroids``; ``Preset.folds_norm``). Otherwise none of those pointers is read.
+    ``VBITS`` bits (boundaries ``VBounds``). Otherwise none of those pointers is read.
+    ``FOLD_NORM`` (``Preset.folds_norm``): the key norm and (Lloyd-Max) value scale fields
+    hold each row's norm over its centroids' norm (float32 centroids ``KCentroids``,
+    ``VCentroids``).
     ``ROTATION`` and ``LEAN``: ``StoreConfig.rotation`` and ``lean`` (``Hmat``: the Hadamard
     matrix ``rotation`` 1 multiplies by, of order ``ROT_M``; ``KEY_PARTS``, ``VALUE_PARTS``:
     the float16 parts of each row, see ``kernel_constexprs``)."""
@@ -335,7 +337,7 @@ def _store_kernel(
             PARTS=KEY_PARTS,
             LEAN=LEAN,
             Centroids=KCentroids,
-            FOLD=CALIBRATED,
+            FOLD=FOLD_NORM,
         )
         kptr = field_ptr(base, off, KEY_OFF, KEY_BYTES).to(tl.pointer_type(tl.int32))
         store_codes(kptr, ok, codes, KBITS, D, BLOCK_T)
@@ -364,7 +366,7 @@ def _store_kernel(
             PARTS=VALUE_PARTS,
             LEAN=LEAN,
             Centroids=VCentroids,
-            FOLD=CALIBRATED,
+            FOLD=FOLD_NORM,
         )
         vptr = field_ptr(base, off, VAL_OFF, VAL_BYTES).to(tl.pointer_type(tl.int32))
         store_codes(vptr, ok, vcodes, VBITS, D, BLOCK_T)
@@ -424,6 +426,7 @@ def kernel_constexprs(p: Preset, fields: dict[str, Any], cfg: StoreConfig, key_d
         BLOCK_T=cfg.block_t,
         CODE_SEARCH=bool(cfg.code_search),
         CALIBRATED=p.calibrated,
+        FOLD_NORM=p.folds_norm,
         LEAN=bool(cfg.lean),
         ROTATION=cfg.rotation,
         ROT_M=rot_m,
