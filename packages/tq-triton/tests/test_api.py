@@ -409,7 +409,7 @@ def test_shipped_tables_are_found_and_read(device_name, preset, q_len, rows, wan
         ("turboquant_k8v4", 1, 256, 0),
         ("turboquant_k8v4", 4, 64, 168),
         ("turboquant_k8v4", 4, 128, 0),
-        ("turboquant_3bit_nc", 1, 64, 168),
+        ("turboquant_3bit_nc", 1, 64, 0),
         ("turboquant_3bit_nc", 1, 128, 0),
         ("turboquant_3bit_nc", 2, 128, 0),
         ("turboquant_3bit_nc", 4, 64, 168),
@@ -421,6 +421,27 @@ def test_shipped_h200_register_caps_follow_the_head_dim(preset, q_len, head_dim,
     # runs/2026-12-02-register-caps: a cap of 168 wins at head_dim 64, loses at 256
     monkeypatch.setattr(tuning, "device_key", lambda dev: "NVIDIA H200")
     assert tuning.attention_config(torch.device("cuda", 0), preset, q_len, 16, head_dim).max_registers == want
+
+
+@pytest.mark.parametrize(
+    ("preset", "block_kv", "num_warps"),
+    [
+        ("turboquant_k8v4", 64, 1),
+        ("turboquant_k3v4_nc", 64, 2),
+        ("turboquant_4bit_nc", 64, 1),
+        ("turboquant_3bit_nc", 64, 1),
+        ("tq_k4v3", 32, 2),
+        ("tq_k4v4", 32, 1),
+    ],
+)
+def test_shipped_h200_decode_at_head_dim_64(preset, block_kv, num_warps, monkeypatch, user_tables):
+    # runs/2026-12-04-after-folding: the Gluon kernel with programs for 16 waves wins decode-d64
+    # for every format (k8v4 ran the portable kernel there); head_dim 128 keeps its entries
+    monkeypatch.setattr(tuning, "device_key", lambda dev: "NVIDIA H200")
+    cfg = tuning.attention_config(torch.device("cuda", 0), preset, 1, 4, 64)
+    want = {"block_kv": block_kv, "num_warps": num_warps, "gluon": 1, "waves": 16, "kv_splits": 0, "max_registers": 0}
+    assert {k: getattr(cfg, k) for k in want} == want
+    assert tuning.attention_config(torch.device("cuda", 0), preset, 1, 4, 128).waves == 64
 
 
 VERIFY_D128 = {"kv_splits": 16, "num_warps": 2, "num_stages": 1, "prefetch": 1, "max_registers": 0, "split_budget": 0}
@@ -458,6 +479,23 @@ def test_shipped_h200_verify_entries_for_q_len_2_to_4(preset, gluon, block_kv, m
 def test_shipped_store_entries_choose_the_code_search(device_name, want, monkeypatch, user_tables):
     monkeypatch.setattr(tuning, "device_key", lambda dev: device_name)
     assert tuning.store_config(torch.device("cuda", 0), "turboquant_k3v4_nc").code_search == want
+
+
+@pytest.mark.parametrize(
+    ("preset", "want"),
+    [
+        ("tq_k4v3", {"block_t": 16, "num_warps": 4, "max_registers": 96}),
+        ("tq_k4v4", {"block_t": 16, "num_warps": 4, "max_registers": 96}),
+        ("tq_k6v5", {"block_t": 16, "num_warps": 4, "max_registers": 96}),
+        ("turboquant_k3v4_nc", {"block_t": 16, "num_warps": 4, "max_registers": 0}),
+    ],
+)
+def test_shipped_h200_store_entries_of_the_calibrated_formats(preset, want, monkeypatch, user_tables):
+    # runs/2026-12-04-after-folding: a 96-register cap wins back part of what the folded
+    # norm's centroid gather cost (more programs per multiprocessor; the same bytes)
+    monkeypatch.setattr(tuning, "device_key", lambda dev: "NVIDIA H200")
+    cfg = tuning.store_config(torch.device("cuda", 0), preset)
+    assert {k: getattr(cfg, k) for k in want} == want
 
 
 def test_triton_backend_is_registered():
