@@ -19,8 +19,9 @@ from pathlib import Path
 import torch
 
 from tq_core import get_preset
+from tq_core.cli import UsageError
 from tq_core.cli.argtypes import choice_list, int_list, positive_int
-from tq_core.cli.options import add_command, add_presets_option
+from tq_core.cli.options import add_command, add_head_dim_option, add_presets_option
 from tq_core.cli.output import utc_timestamp, write_json
 
 from .. import bench, tuning
@@ -78,6 +79,20 @@ def bucket_shape(bucket: str) -> bench.Shape:
     return bench.SHAPES[BUCKET_SHAPES[bucket]]
 
 
+def swept_case(bucket: str, seq_len: int | None = None, head_dim: int | None = None) -> tuple[str, bench.Shape]:
+    """(table key, shape) for sweeping ``bucket``, with the shape's sequence length and head
+    dim overridden where given. A head dim keys the entry by it ("q1" at 256: "q1:d256", which
+    tuning reads after "q1"); a bucket already keyed ("q8:m64", "q1:d64") takes none."""
+    shape = bucket_shape(bucket)
+    if seq_len:
+        shape = bench.with_seq_len(shape, seq_len)
+    if head_dim is None:
+        return bucket, shape
+    if ":" in bucket:
+        raise UsageError(f"--head-dim applies to the buckets without a key suffix, not {bucket!r}")
+    return f"{bucket}:d{head_dim}", replace(shape, name=f"{shape.name}-d{head_dim}", head_dim=head_dim)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = add_command(subparsers, "sweep", help="tune tq_triton's launch parameters on this GPU", doc=__doc__)
     add_presets_option(p)
@@ -114,6 +129,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         )
     p.add_argument(
         "--seq-len", type=positive_int, default=None, help="override the shapes' sequence length (default 32768)"
+    )
+    add_head_dim_option(
+        p,
+        default=None,
+        help="override the shapes' head dim; the entries are then keyed by it (q1 -> q1:d256), "
+        "for buckets without a key suffix",
     )
     p.add_argument(
         "--out",
@@ -176,6 +197,7 @@ def table_entry(cfg: AttentionConfig, ms: float) -> dict[str, int | float]:
 
 def run(args: argparse.Namespace) -> int:
     presets, buckets = args.presets, args.buckets
+    cases = {b: swept_case(b, args.seq_len, args.head_dim) for b in buckets}  # usage errors before the device
     grid = attention_grid(
         args.block_kv,
         args.warps,
@@ -201,10 +223,8 @@ def run(args: argparse.Namespace) -> int:
         "measurements": [],
     }
     jobs = list(itertools.product(presets, buckets))
-    for preset, bucket in progress(jobs, len(jobs), "attention"):
-        shape = bucket_shape(bucket)
-        if args.seq_len:
-            shape = bench.with_seq_len(shape, args.seq_len)
+    for preset, swept in progress(jobs, len(jobs), "attention"):
+        bucket, shape = cases[swept]
         case = bench.build_case(shape, preset, dev, seed=0)
         best: tuple[float, AttentionConfig] | None = None
         for cfg in grid:
