@@ -45,34 +45,48 @@ def test_store_matches_reference(preset, head_dim, block_size, dtype, gen, devic
     _differences_are_rounding_boundaries(ref, got, preset, head_dim, k, slots)
 
 
+def recoded_rows(fr, fg, p, head_dim: int) -> dict[str, torch.Tensor]:
+    """For a format that folds the centroids' norm into the stored one (``Preset.folds_norm``):
+    per folded fp16 field (``"norm"`` of keys, ``"scale"`` of values), the rows of ``fg`` whose
+    codes differ from ``fr``'s; empty for other formats."""
+    out = {}
+    if p.folds_norm:
+        for name, field, bits in (("norm", "key", p.key_bits), ("scale", "value", p.value_bits)):
+            x, y = getattr(fr, field), getattr(fg, field)
+            ca = unpack_codes(x.reshape(-1, x.shape[-1]), bits, head_dim)
+            cb = unpack_codes(y.reshape(-1, y.shape[-1]), bits, head_dim)
+            out[name] = (ca != cb).any(-1).reshape(x.shape[:-1])
+    return out
+
+
+def fp16_fields_off(a: torch.Tensor, b: torch.Tensor, limit: int, recoded: torch.Tensor | None = None) -> torch.Tensor:
+    """Which fp16 cache fields (bytes, last dim 2) of ``b`` are more than ``limit`` float16 steps
+    from ``a`` (the distance of their bit patterns as integers, exact for finite values of one
+    sign). A folded norm of a row whose codes differ (``recoded``) may differ by what one code
+    level moves the centroids' norm: at most 5%."""
+    ia, ib = (t.contiguous().view(torch.int16).squeeze(-1).int() for t in (a, b))
+    off = (ia - ib).abs() > limit
+    if recoded is not None:
+        fa, fb = (t.contiguous().view(torch.float16).squeeze(-1).float() for t in (a, b))
+        off &= ~(recoded & ((fa - fb).abs() <= 0.05 * fa.abs()))
+    return off
+
+
 def _differences_are_rounding_boundaries(ref, got, preset, head_dim, k, slots):
     p = tq_core.get_preset(preset)
     lay = p.block_layout(head_dim, ref.shape[1], ref.shape[2])
     fr, fg = tq_core.block_fields(ref, lay), tq_core.block_fields(got, lay)
     # fp16 norm and scale come from float32 sums / divisions done in another order:
     # at most one fp16 step apart (a rounding boundary); the zero point (the minimum) is exact.
-    # A format that folds the centroids' norm into the stored one (Preset.folds_norm) may
-    # differ more where a code of that row sits on a boundary: one level of one code moves
-    # the centroids' norm by at most a few percent
-    recoded = {}
-    if p.folds_norm:
-        for name, field, bits in (("norm", "key", p.key_bits), ("scale", "value", p.value_bits)):
-            x, y = getattr(fr, field), getattr(fg, field)
-            ca = unpack_codes(x.reshape(-1, x.shape[-1]), bits, head_dim)
-            cb = unpack_codes(y.reshape(-1, y.shape[-1]), bits, head_dim)
-            recoded[name] = (ca != cb).any(-1).reshape(x.shape[:-1])
+    # A format that folds the centroids' norm into the stored one may differ more where a code
+    # of that row sits on a boundary
+    recoded = recoded_rows(fr, fg, p, head_dim)
     for name in ("norm", "scale", "zero"):
         a, b = getattr(fr, name), getattr(fg, name)
         if a is None:
             continue
-        ia = a.contiguous().view(torch.int16).squeeze(-1).int()
-        ib = b.contiguous().view(torch.int16).squeeze(-1).int()
         limit = 0 if name == "zero" else 1
-        off = (ia - ib).abs() > limit
-        if name in recoded:
-            fa = a.contiguous().view(torch.float16).squeeze(-1).float()
-            fb = b.contiguous().view(torch.float16).squeeze(-1).float()
-            off &= ~(recoded[name] & ((fa - fb).abs() <= 0.05 * fa.abs()))
+        off = fp16_fields_off(a, b, limit, recoded.get(name))
         assert not off.any(), f"{name} differs by more than {limit} fp16 step"
     if p.key_is_fp8:
         assert torch.equal(fr.key, fg.key), "fp8 key bytes differ"

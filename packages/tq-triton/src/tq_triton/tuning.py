@@ -10,7 +10,7 @@ ones), reading ``attention.default["*"]``, ``attention.default[b]``, ``attention
 rows (the q heads of a GQA group, padded to a power of two, times the query tokens per program:
 verification with 8 q heads per kv head has 64-row tiles, with 4 it has 32-row tiles, and the
 best tile can differ between them), then ``attention[p]["b:dD"]`` for head dimension ``D`` (the
-best register cap differs between head_dim 64 and 256), then the environment variables of
+best kernel, tiles and register cap differ between head_dims), then the environment variables of
 :data:`ENV_OVERRIDES` (``TQ_BLOCK_KV``, ``TQ_NUM_WARPS``, ... ``TQ_SKIP_EMPTY``). The
 store reads its table entry, then :data:`STORE_ENV_OVERRIDES` (``TQ_CODE_SEARCH``,
 ``TQ_STORE_ROTATION``, ``TQ_STORE_LEAN``).
