@@ -393,9 +393,9 @@ def test_shipped_tables_hold_only_what_the_loader_reads(name):
             "turboquant_k3v4_nc",
             1,
             16,
-            {"block_kv": 32, "num_warps": 1, "gluon": 1, "wgmma": 0, "split_budget": 0},
+            {"block_kv": 64, "num_warps": 1, "gluon": 1, "wgmma": 0, "split_budget": 0, "waves": 32, "token_rows": 1},
         ),
-        ("NVIDIA H200", "turboquant_k8v4", 1, 16, {"num_stages": 3, "prefetch": 0, "max_registers": 168, "gluon": 0}),
+        ("NVIDIA H200", "turboquant_k8v4", 1, 16, {"block_kv": 32, "max_registers": 0, "gluon": 1, "token_rows": 1}),
         ("NVIDIA H200", "turboquant_k8v4", 8, 32, {"block_kv": 64, "kv_splits": 16, "gluon": 1, "split_budget": 4}),
         ("NVIDIA H200", "turboquant_k8v4", 8, 32, {"wgmma": 0, "skip_empty": 0}),
         ("NVIDIA H200", "turboquant_k8v4", 8, 64, {"block_kv": 64, "kv_splits": 16, "gluon": 1, "wgmma": 1}),
@@ -421,7 +421,7 @@ def test_shipped_tables_are_found_and_read(device_name, preset, q_len, rows, wan
 @pytest.mark.parametrize(
     "preset,q_len,head_dim,want",
     [
-        ("turboquant_k8v4", 1, 128, 168),
+        ("turboquant_k8v4", 1, 128, 0),
         ("turboquant_k8v4", 1, 256, 0),
         ("turboquant_k8v4", 4, 64, 168),
         ("turboquant_k8v4", 4, 128, 0),
@@ -457,7 +457,29 @@ def test_shipped_h200_decode_at_head_dim_64(preset, block_kv, num_warps, monkeyp
     cfg = tuning.attention_config(torch.device("cuda", 0), preset, 1, 4, 64)
     want = {"block_kv": block_kv, "num_warps": num_warps, "gluon": 1, "waves": 16, "kv_splits": 0, "max_registers": 0}
     assert {k: getattr(cfg, k) for k in want} == want
-    assert tuning.attention_config(torch.device("cuda", 0), preset, 1, 4, 128).waves == 64
+    d128 = tuning.attention_config(torch.device("cuda", 0), preset, 1, 4, 128)
+    assert d128.waves == (32 if preset == "turboquant_k3v4_nc" else 64)
+
+
+@pytest.mark.parametrize("preset", [*tq_core.PRESETS, "tq_k4v3", "tq_k4v4"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_shipped_h200_decode_runs_the_token_rows_kernel_at_head_dim_128(preset, head_dim, monkeypatch, user_tables):
+    # runs/2026-12-04-token-rows: k8v4 and k3v4_nc decode at head_dim 128 on the token-rows
+    # kernel; head_dim 64 keeps its Gluon entries, 256 its kernels (k8v4: the portable one)
+    from tq_triton.attention import plan
+    from tq_triton.device import DeviceFacts
+
+    monkeypatch.setattr(tuning, "device_key", lambda dev: "NVIDIA H200")
+    facts = DeviceFacts(name="NVIDIA H200", nvidia=True, capability=(9, 0), multiprocessors=132)
+    p = tq_core.get_preset(preset)
+    fields = p.kernel_fields(p.block_layout(head_dim, 16, 8)).constexprs()
+    lp = plan.plan_attention(facts, p, fields, 32, 8, 32, 1, 16)
+    wanted = head_dim == 128 and preset in ("turboquant_k8v4", "turboquant_k3v4_nc") and plan.gluon_available()
+    assert lp.token_rows == wanted
+    if wanted:
+        assert lp.block_q * 4 == 8 and lp.splits > 1
+    if preset == "turboquant_k8v4" and head_dim == 256:
+        assert not lp.gluon
 
 
 VERIFY_D128 = {"kv_splits": 16, "num_warps": 2, "num_stages": 1, "prefetch": 1, "max_registers": 0, "split_budget": 0}

@@ -86,6 +86,12 @@ class AttentionConfig:
     # split_budget 4 in k3v4_nc's q8 entry; for k8v4 it made verify-32k 20% slower in the
     # same sweep, so that entry leaves it off
     skip_empty: int = 0
+    # 1 runs the token-rows kernel (attention/token_rows_kernel.py) where the Gluon kernel
+    # would run and it applies (plan.token_rows_refusal: k8v4 and k3v4_nc at head_dim 128,
+    # at most 8 query columns per program, block sizes of at least 16): scores as K Q^T,
+    # keys and values decoded straight into the matrix unit's operand registers. Off by
+    # default: not yet in any shipped table
+    token_rows: int = 0
 
 
 @dataclass(frozen=True)
@@ -136,6 +142,7 @@ _LIMITS: dict[str, tuple[int, int, bool]] = {
     "wgmma": (0, 1, False),
     "split_budget": (0, 64, False),
     "skip_empty": (0, 1, False),
+    "token_rows": (0, 1, False),
 }
 ENV_OVERRIDES = {
     "TQ_BLOCK_KV": "block_kv",
@@ -150,6 +157,7 @@ ENV_OVERRIDES = {
     "TQ_WGMMA": "wgmma",
     "TQ_SPLIT_BUDGET": "split_budget",
     "TQ_SKIP_EMPTY": "skip_empty",
+    "TQ_TOKEN_ROWS": "token_rows",
 }
 # variables of knobs that no longer exist, and what replaced them: setting one is an error,
 # not silently ignored

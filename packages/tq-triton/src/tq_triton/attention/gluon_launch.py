@@ -61,6 +61,71 @@ def launch_gluon(
 _TOO_LARGE: set[tuple] = set()
 
 
+@functools.cache
+def _token_rows_params() -> frozenset[str]:
+    from .token_rows_kernel import token_rows_attention_kernel
+
+    return frozenset(token_rows_attention_kernel.arg_names)
+
+
+def launch_token_rows(
+    grid: tuple[int, int, int], args: tuple, constexprs: dict[str, object], options: dict[str, Any] | None = None
+) -> None:
+    """``token_rows_kernel.token_rows_attention_kernel`` on ``grid`` (one warp per program)
+    with the Triton kernel's positional ``args`` (without the calibration pointers) and the
+    plan's constexprs (those that are not its parameters are left out)."""
+    from .token_rows_kernel import token_rows_attention_kernel
+
+    names = _token_rows_params()
+    cx = {k: v for k, v in constexprs.items() if k in names}
+    token_rows_attention_kernel[grid](*args, **cx, num_warps=1, **(options or {}))
+
+
+def compile_token_rows(
+    preset: str, group: int, block_kv: int, splits: int, sm: int = 90, maxnreg: int = 0, balance: bool = False
+) -> Any:
+    """The token-rows kernel compiled without a GPU for an NVIDIA target ``sm``, as the
+    launcher specialises it (head_dim 128, 2 kv heads, 16-token blocks), as
+    :func:`compile_gluon` compiles the Gluon kernel."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from .token_rows_kernel import token_rows_attention_kernel
+
+    p = tq_core.get_preset(preset)
+    g_pad = 1 << max(0, group - 1).bit_length()
+    consts = dict(
+        p.kernel_fields(p.block_layout(128, 16, 2)).constexprs(),
+        G=group,
+        G_PAD=g_pad,
+        NUM_Q_HEADS=2 * group,
+        NUM_SPLITS=splits,
+        BLOCK_Q=8 // g_pad,
+        BLOCK_KV=block_kv,
+        NORM_CORRECTION=p.norm_correction,
+        SATURATE_QUERY=False,
+        BALANCE=balance,
+        SKIP_EMPTY=False,
+    )
+    types = {"Q": "*bf16", "Cache": "*u8", "Out": "*bf16", "Partial": "*fp32", "Lse": "*fp32", "Centroids": "*fp32"}
+    types |= {"q_mul": "fp32", "q_scale": "fp32", "stride_blk": "i64"}
+    types |= dict.fromkeys(("BlockTable", "SeqLens", "QueryStart"), "*i32")
+    sig, cx, attrs = {}, {}, {}
+    for i, name in enumerate(inspect.signature(token_rows_attention_kernel.fn).parameters):
+        if name in consts:
+            sig[name] = "constexpr"
+            cx[(i,)] = consts[name]
+            continue
+        sig[name] = types.get(name, "i32")
+        if sig[name].startswith("*") or name.startswith("stride"):
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    src = GluonASTSource(fn=token_rows_attention_kernel, signature=sig, constexprs=cx, attrs=attrs)
+    return triton.compile(
+        src, target=GPUTarget("cuda", sm, 32), options={"num_warps": 1} | ({"maxnreg": maxnreg} if maxnreg else {})
+    )
+
+
 def compile_gluon(
     preset: str,
     group: int,

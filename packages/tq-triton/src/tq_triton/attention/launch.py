@@ -13,7 +13,7 @@ from tq_core.contract import check_attention_args, debug_enabled
 from ..device import device_facts
 from ..device_tensors import cached_codebook, cached_lut_table, cached_value_codebook, cached_value_lut_table, dummy
 from ..tuning import AttentionConfig
-from .gluon_launch import launch_gluon
+from .gluon_launch import launch_gluon, launch_token_rows
 from .kernel import MERGE_WARPS, attention_kernel, merge_kernel
 from .plan import MAX_BLOCK_M, longest_query, next_pow2, plan_attention
 
@@ -181,12 +181,17 @@ def attention(
     # False where the Gluon kernel needs more shared memory than the device has: the
     # portable kernel then runs, with its own centroid tensors. The Gluon kernel looks
     # calibrated formats' values up in their register table, whatever key_lut says
-    gluon = plan.gluon and launch_gluon(
-        grid,
-        (*kernel_args, *_calibration_args(p, calibration, d, dev, True)),
-        plan.constexprs,
-        plan.options,
-        wgmma=plan.wgmma,
+    if plan.token_rows:
+        launch_token_rows(grid, tuple(kernel_args), plan.constexprs, plan.options)
+    gluon = plan.token_rows or (
+        plan.gluon
+        and launch_gluon(
+            grid,
+            (*kernel_args, *_calibration_args(p, calibration, d, dev, True)),
+            plan.constexprs,
+            plan.options,
+            wgmma=plan.wgmma,
+        )
     )
     if not gluon:
         if plan.gluon:
@@ -213,8 +218,9 @@ def attention(
             SPLITS_PAD=next_pow2(plan.splits),
             D=d,
             # the Gluon kernel keeps uniform values' columns in value_words order; calibrated
-            # formats' outputs are rotated back in the kernel, in head_dim order
-            VALUE_COLUMNS=gluon and not p.calibrated,
+            # formats' outputs are rotated back in the kernel, in head_dim order, and the
+            # token-rows kernel stores head_dim order
+            VALUE_COLUMNS=gluon and not p.calibrated and not plan.token_rows,
             SKIP_EMPTY=plan.constexprs["SKIP_EMPTY"],
             num_warps=MERGE_WARPS,
         )

@@ -121,11 +121,40 @@ def gluon_refusal(preset: Preset, head_dim: int, rows: int, block_kv: int, block
     return ""
 
 
+# the token-rows kernel: 8 query columns per program, 16-token row tiles
+TOKEN_ROWS_COLUMNS = 8
+TOKEN_ROWS_PRESETS = ("turboquant_k8v4", "turboquant_k3v4_nc")
+
+
+def token_rows_refusal(preset: Preset, head_dim: int, group_pad: int, block_kv: int, block_size: int) -> str:
+    """Why ``token_rows_kernel`` cannot compute a launch the Gluon kernel may run
+    (:func:`gluon_refusal` answered first), or ``""``: it decodes fp8 and 3-bit codebook keys
+    with uniform 4-bit values (k8v4, k3v4_nc) at head_dim 128, takes at most 8 q heads per kv
+    head (its 8 query columns), 16-64 tokens per tile, and blocks of at least 16 tokens (a
+    16-token row tile then lies in one block)."""
+    if preset.name not in TOKEN_ROWS_PRESETS:
+        return f"{preset.name}: the token-rows kernel decodes {', '.join(TOKEN_ROWS_PRESETS)}"
+    if head_dim != 128:
+        return f"head_dim {head_dim}: the token-rows kernel is written for 128"
+    if group_pad > TOKEN_ROWS_COLUMNS:
+        return f"{group_pad} q heads per kv head (padded) do not fit the token-rows kernel's 8 columns"
+    if block_kv not in GLUON_BLOCK_KV:
+        return f"block_kv {block_kv} is not one of {GLUON_BLOCK_KV}"
+    if block_size < 16:
+        return f"block_size {block_size} is below the token-rows kernel's 16"
+    return ""
+
+
 def wgmma_applies(rows: int, facts: DeviceFacts) -> bool:
     """Whether a Gluon launch can use Hopper's warpgroup products (``AttentionConfig.wgmma``):
     a tile of 64 query rows (one warpgroup of four warps) on a GPU of compute capability
     9.x (``wgmma`` exists only there)."""
     return rows == 64 and facts.capability[0] == 9
+
+
+@functools.cache
+def _log_token_rows(reason: str) -> None:
+    logger.warning("tq_triton: the tuning table asks for the token-rows kernel; it does not apply: %s", reason)
 
 
 @functools.cache
@@ -209,6 +238,7 @@ class LaunchPlan:
     splits: int
     gluon: bool
     wgmma: bool
+    token_rows: bool
     key_table: bool
     split_programs: int
     constexprs: dict[str, object]
@@ -239,11 +269,22 @@ def plan_attention(
     )
     block_q = plan_block_q(g_pad, longest, cfg.min_rows)
     rows = block_q * g_pad
+    token_rows = False
+    if cfg.gluon and cfg.token_rows and facts.nvidia:
+        why_not = token_rows_refusal(preset, fields["D"], g_pad, cfg.block_kv, block_size) or gluon_refusal(
+            preset, fields["D"], 16, cfg.block_kv, block_size, facts
+        )
+        token_rows = not why_not
+        if token_rows:
+            block_q = TOKEN_ROWS_COLUMNS // g_pad
+            rows = TOKEN_ROWS_COLUMNS
+        elif debug_enabled():
+            _log_token_rows(why_not)
     splits = (
         num_kv_splits if num_kv_splits is not None else plan_splits(cfg, facts.multiprocessors, num_reqs, num_kv_heads)
     )
-    gluon = False
-    if cfg.gluon:
+    gluon = token_rows
+    if cfg.gluon and not token_rows:
         why_not = gluon_refusal(preset, fields["D"], rows, cfg.block_kv, block_size, facts)
         gluon = not why_not
         if why_not and debug_enabled():
@@ -257,7 +298,8 @@ def plan_attention(
         block_q=block_q,
         splits=splits,
         gluon=gluon,
-        wgmma=gluon and bool(cfg.wgmma) and wgmma_applies(rows, facts),
+        wgmma=gluon and not token_rows and bool(cfg.wgmma) and wgmma_applies(rows, facts),
+        token_rows=token_rows,
         # the Gluon kernel looks codebook keys up in the register table, whatever key_lut says
         key_table=bool(key_lut) or gluon,
         split_programs=cfg.split_budget * facts.multiprocessors if cfg.split_budget else 0,

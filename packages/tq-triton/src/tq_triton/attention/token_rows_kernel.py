@@ -1,0 +1,690 @@
+"""The token-rows attention kernel (Gluon, NVIDIA): scores as ``S^T = K Q^T`` with the
+tile's tokens on the matrix unit's rows, for launches of at most 8 query columns (a GQA
+group's q heads, padded to a power of two, times the query tokens of a program).
+
+Same arguments, results and memory rules as ``gluon_kernel.gluon_attention_kernel``, for
+fp8 or 3-bit codebook keys with uniform 4-bit values (k8v4, k3v4_nc) at head_dim 128 and
+block sizes of at least 16 (``plan.token_rows_refusal``). Where the Gluon kernel decodes a
+tile into shared memory and has each warp read it back as operand fragments, here one warp
+decodes each key chunk and value word straight into the ``mma.sync`` operand registers that
+multiply it (``token_rows_ptx`` says which thread holds what): no shared buffer, no barrier,
+and a decode step of one query token with 4 q heads per kv head pads 4 of 8 columns, not
+12 of 16 rows. One warp per program; ``BLOCK_KV`` is ``16 * MT`` tokens, ``MT`` row tiles.
+
+The online softmax is ``online_softmax``'s arithmetic (lazy maximum, lazy scale reference,
+centred value codes), per query column: a thread keeps the maximum of its two columns (all
+lanes of a column agree) and partial sums over its own tokens, added over the column's
+8 lanes at the end.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from . import token_rows_ptx as ptx
+from .bounds import balanced_chunk_fn, request_bounds_fn
+from .gluon_kernel import _balanced_chunk, _butterflies
+from .online_softmax import nonfinite_rows_fn, output_factors_fn, row_lse_fn, saturate_fn
+
+_request_bounds = gluon.jit(request_bounds_fn)
+_output_factors = gluon.jit(output_factors_fn)
+_row_lse = gluon.jit(row_lse_fn)
+_nonfinite_rows = gluon.jit(nonfinite_rows_fn)
+_saturate = gluon.jit(saturate_fn)
+_ = balanced_chunk_fn  # _balanced_chunk (gluon_kernel) compiles it
+
+# the PTX as constexprs (a jit function reads no other globals)
+_QK3_LO = gl.constexpr(ptx.qk3_ptx(0))
+_QK3_HI = gl.constexpr(ptx.qk3_ptx(1))
+_QK3_C = gl.constexpr(ptx.QK3_CONSTRAINTS)
+_QK8 = gl.constexpr(ptx.qk8_ptx())
+_QK8_C = gl.constexpr(ptx.QK8_CONSTRAINTS)
+_PV4 = gl.constexpr(ptx.pv4_ptx())
+_PV4_C = gl.constexpr(ptx.PV4_CONSTRAINTS)
+_PAIR_T = gl.constexpr(ptx.PAIR_TRANSPOSED_PTX)
+_PAIR_T_C = gl.constexpr(ptx.PAIR_TRANSPOSED_CONSTRAINTS)
+
+
+@gluon.jit
+def _split2(x):
+    """``x`` ``[..., 2 N]`` as its even and odd elements along the last axis."""
+    shape: gl.constexpr = x.shape
+    return gl.split(gl.reshape(x, [shape[0], shape[1], shape[2] // 2, 2]))
+
+
+@gluon.jit
+def _last(x, L2: gl.constexpr):
+    """``x`` ``[8, 4, 1]`` as ``[8, 4]`` in ``L2``."""
+    return gl.convert_layout(gl.reshape(x, [8, 4]), L2, assert_trivial=True)
+
+
+@gluon.jit
+def _unstack2(x, L2: gl.constexpr):
+    a, b = _split2(x)
+    return _last(a, L2), _last(b, L2)
+
+
+@gluon.jit
+def _unstack4(x, L2: gl.constexpr):
+    """``[8, 4, 4]`` -> four ``[8, 4]`` in ``L2``, in index order."""
+    e, o = _split2(x)  # 0, 2 | 1, 3
+    a0, a2 = _unstack2(e, L2)
+    a1, a3 = _unstack2(o, L2)
+    return a0, a1, a2, a3
+
+
+@gluon.jit
+def _unstack8(x, L2: gl.constexpr):
+    e, o = _split2(x)  # 0, 2, 4, 6 | 1, 3, 5, 7
+    a0, a2, a4, a6 = _unstack4(e, L2)
+    a1, a3, a5, a7 = _unstack4(o, L2)
+    return a0, a1, a2, a3, a4, a5, a6, a7
+
+
+@gluon.jit
+def _tiles(x, MT: gl.constexpr, L2: gl.constexpr):
+    """The ``MT`` row tiles of ``x`` ``[8, 4, MT]`` as four ``[8, 4]`` (the first repeated
+    where ``MT`` < 4)."""
+    if MT == 1:
+        a = _last(x, L2)
+        return a, a, a, a
+    elif MT == 2:
+        a, b = _unstack2(x, L2)
+        return a, b, a, a
+    else:
+        return _unstack4(x, L2)
+
+
+@gluon.jit
+def _words8(x, L3: gl.constexpr):
+    """``[8, 4, MT, 8]`` words -> eight ``[8, 4, MT]`` in ``L3``."""
+    shape: gl.constexpr = x.shape
+    e, o = gl.split(gl.reshape(x, [shape[0], shape[1], shape[2], 4, 2]))
+    e0, e1 = gl.split(gl.reshape(e, [shape[0], shape[1], shape[2], 2, 2]))
+    o0, o1 = gl.split(gl.reshape(o, [shape[0], shape[1], shape[2], 2, 2]))
+    # e0: 0, 4; e1: 2, 6; o0: 1, 5; o1: 3, 7
+    w0, w4 = gl.split(e0)
+    w2, w6 = gl.split(e1)
+    w1, w5 = gl.split(o0)
+    w3, w7 = gl.split(o1)
+    return (
+        gl.convert_layout(w0, L3, assert_trivial=True),
+        gl.convert_layout(w1, L3, assert_trivial=True),
+        gl.convert_layout(w2, L3, assert_trivial=True),
+        gl.convert_layout(w3, L3, assert_trivial=True),
+        gl.convert_layout(w4, L3, assert_trivial=True),
+        gl.convert_layout(w5, L3, assert_trivial=True),
+        gl.convert_layout(w6, L3, assert_trivial=True),
+        gl.convert_layout(w7, L3, assert_trivial=True),
+    )
+
+
+@gluon.jit
+def _pair_t(w0, w1):
+    """fp16 pairs of columns ``2 c, 2 c + 1`` transposed by quarter (``token_rows_ptx``)."""
+    return gl.inline_asm_elementwise(_PAIR_T, _PAIR_T_C, [w0, w1], dtype=gl.uint32, is_pure=True, pack=1)
+
+
+@gluon.jit
+def _load_tile(
+    start,
+    where,
+    LT: gl.constexpr,
+    LT4: gl.constexpr,
+    MT: gl.constexpr,
+    BLOCK_SIZE: gl.constexpr,
+    KEY_OFF: gl.constexpr,
+    KEY_BYTES: gl.constexpr,
+    NORM_OFF: gl.constexpr,
+    VAL_OFF: gl.constexpr,
+    VAL_BYTES: gl.constexpr,
+    SCALE_OFF: gl.constexpr,
+    ZERO_OFF: gl.constexpr,
+    KEY_FP8: gl.constexpr,
+):
+    """The tile at ``start``: its key words of rows ``g`` and ``g + 8`` of each row tile
+    (3-bit codes: the chunk's three words each, ``[8, 4, MT]``; fp8: the chunk's eight words,
+    ``[8, 4, MT, 8]``, in the first slot), their norms, value scales and zero points
+    ``[8, 1, MT]``, and the value words ``2 g, 2 g + 1`` of tokens ``2 c, 2 c + 1, 2 c + 8,
+    2 c + 9`` ``[8, 4, MT]``. Nothing is read from ``hi`` on; a block id outside
+    ``[0, num_blocks)`` is read as the last block (``gluon_kernel._load_blocks``)."""
+    bt_row, stride_bc, head_base, stride_blk, hi, last_block = where
+    gi = gl.arange(0, 8, layout=gl.SliceLayout(1, gl.SliceLayout(2, LT)))[:, None, None]
+    ci = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LT)))[None, :, None]
+    ti = gl.arange(0, MT, layout=gl.SliceLayout(0, gl.SliceLayout(1, LT)))[None, None, :]
+    mpos = start + ti * 16  # [1, 1, MT]: each row tile's first position
+    blk = gl.load(bt_row + (mpos // BLOCK_SIZE) * stride_bc, mask=mpos < hi, other=0)
+    if blk.dtype == gl.int32:
+        blk = gl.minimum(blk.to(gl.uint32, bitcast=True), last_block.to(gl.uint32))
+    else:
+        blk = gl.minimum(blk.to(gl.int64).to(gl.uint64, bitcast=True), last_block.to(gl.uint64))
+    base = head_base + blk.to(gl.int64) * stride_blk
+    first = mpos % BLOCK_SIZE
+    left = hi - mpos  # positions of the row tile still before hi
+
+    # key rows g (h = 0) and g + 8 (h = 1)
+    kmask0 = gi + ci * 0 < left
+    kmask1 = gi + 8 + ci * 0 < left
+    krow0 = base + KEY_OFF + (first + gi).to(gl.int64) * KEY_BYTES
+    krow1 = base + KEY_OFF + (first + gi + 8).to(gl.int64) * KEY_BYTES
+    if KEY_FP8:
+        wi = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LT4))))
+        w4 = wi[None, None, None, :]
+        k0 = gl.load(
+            gl.convert_layout(krow0 + ci * 32, gl.SliceLayout(3, LT4)).to(gl.pointer_type(gl.int32))[:, :, :, None]
+            + w4,
+            mask=gl.convert_layout(kmask0, gl.SliceLayout(3, LT4))[:, :, :, None],
+            other=0,
+        )
+        k3 = gl.load(
+            gl.convert_layout(krow1 + ci * 32, gl.SliceLayout(3, LT4)).to(gl.pointer_type(gl.int32))[:, :, :, None]
+            + w4,
+            mask=gl.convert_layout(kmask1, gl.SliceLayout(3, LT4))[:, :, :, None],
+            other=0,
+        )
+        k1 = k0
+        k2 = k0
+        k4 = k3
+        k5 = k3
+    else:
+        p0 = (krow0 + ci * 12).to(gl.pointer_type(gl.int32))
+        p1 = (krow1 + ci * 12).to(gl.pointer_type(gl.int32))
+        k0 = gl.load(p0, mask=kmask0, other=0)
+        k1 = gl.load(p0 + 1, mask=kmask0, other=0)
+        k2 = gl.load(p0 + 2, mask=kmask0, other=0)
+        k3 = gl.load(p1, mask=kmask1, other=0)
+        k4 = gl.load(p1 + 1, mask=kmask1, other=0)
+        k5 = gl.load(p1 + 2, mask=kmask1, other=0)
+    # per key row: norm, value scale and zero point (the same for the row's 4 lanes)
+    m0 = gi < left
+    m1 = gi + 8 < left
+    f0 = (base + (first + gi).to(gl.int64) * 2).to(gl.pointer_type(gl.float16))
+    f1 = (base + (first + gi + 8).to(gl.int64) * 2).to(gl.pointer_type(gl.float16))
+    vs0 = gl.load(f0 + SCALE_OFF // 2, mask=m0, other=0.0)
+    vs1 = gl.load(f1 + SCALE_OFF // 2, mask=m1, other=0.0)
+    vz0 = gl.load(f0 + ZERO_OFF // 2, mask=m0, other=0.0)
+    vz1 = gl.load(f1 + ZERO_OFF // 2, mask=m1, other=0.0)
+    if KEY_FP8:
+        kn0 = vs0
+        kn1 = vs1
+    else:
+        kn0 = gl.load(f0 + NORM_OFF // 2, mask=m0, other=0.0)
+        kn1 = gl.load(f1 + NORM_OFF // 2, mask=m1, other=0.0)
+    # value words 2 g, 2 g + 1 of tokens 2 c, 2 c + 1, 2 c + 8, 2 c + 9
+    vt = 2 * ci + gi * 0
+    vbase = base + VAL_OFF + gi * 8
+    va = (vbase + (first + vt).to(gl.int64) * VAL_BYTES).to(gl.pointer_type(gl.int32))
+    vb = (vbase + (first + vt + 1).to(gl.int64) * VAL_BYTES).to(gl.pointer_type(gl.int32))
+    vc = (vbase + (first + vt + 8).to(gl.int64) * VAL_BYTES).to(gl.pointer_type(gl.int32))
+    vd = (vbase + (first + vt + 9).to(gl.int64) * VAL_BYTES).to(gl.pointer_type(gl.int32))
+    ma = vt < left
+    mb = vt + 1 < left
+    mc = vt + 8 < left
+    md = vt + 9 < left
+    v0 = gl.load(va, mask=ma, other=0)
+    v1 = gl.load(va + 1, mask=ma, other=0)
+    v2 = gl.load(vb, mask=mb, other=0)
+    v3 = gl.load(vb + 1, mask=mb, other=0)
+    v4 = gl.load(vc, mask=mc, other=0)
+    v5 = gl.load(vc + 1, mask=mc, other=0)
+    v6 = gl.load(vd, mask=md, other=0)
+    v7 = gl.load(vd + 1, mask=md, other=0)
+    return (k0, k1, k2, k3, k4, k5, kn0, kn1, vs0, vs1, vz0, vz1, v0, v1, v2, v3, v4, v5, v6, v7)
+
+
+@gluon.jit
+def _pv_tile(acc, v_lo, v_hi, sel_u, lo_u, b0, b1, LU: gl.constexpr):
+    """``acc`` (four ``[8, 4, 8]`` C registers, one per row tile ``u``) plus one row tile's
+    16 tokens times their values: ``v_lo``, ``v_hi`` the value words ``(2 c, 2 c + 1, 2 c + 8,
+    2 c + 9)`` of head_dim ``16 g .. + 7`` and ``16 g + 8 .. + 15``, ``b0``, ``b1`` the
+    probabilities' B registers ``[8, 4]``."""
+    a0, a1, a2, a3 = acc
+    wa0 = gl.where(lo_u, v_lo[0], v_hi[0])
+    wa1 = gl.where(lo_u, v_lo[1], v_hi[1])
+    wb0 = gl.where(lo_u, v_lo[2], v_hi[2])
+    wb1 = gl.where(lo_u, v_lo[3], v_hi[3])
+    z = sel_u * 0
+    return gl.inline_asm_elementwise(
+        _PV4,
+        _PV4_C,
+        [wa0, wa1, wb0, wb1, sel_u, z + b0[:, :, None], z + b1[:, :, None], a0, a1, a2, a3],
+        dtype=(gl.float32, gl.float32, gl.float32, gl.float32),
+        is_pure=True,
+        pack=1,
+    )
+
+
+@gluon.jit
+def token_rows_attention_kernel(
+    Q,
+    Cache,
+    BlockTable,
+    SeqLens,
+    QueryStart,
+    Centroids,
+    Out,
+    Partial,
+    Lse,
+    q_mul,
+    q_scale,
+    num_query_rows,
+    last_block,
+    bt_cap,
+    stride_qt,
+    stride_qh,
+    stride_ot,
+    stride_oh,
+    stride_blk,
+    stride_bt,
+    stride_bc,
+    stride_sl,
+    stride_qs,
+    split_programs,
+    G: gl.constexpr,
+    G_PAD: gl.constexpr,
+    NUM_Q_HEADS: gl.constexpr,
+    NUM_SPLITS: gl.constexpr,
+    BLOCK_Q: gl.constexpr,
+    BLOCK_KV: gl.constexpr,
+    D: gl.constexpr,
+    LOG2_D: gl.constexpr,
+    BLOCK_SIZE: gl.constexpr,
+    HEAD_STRIDE: gl.constexpr,
+    KEY_OFF: gl.constexpr,
+    KEY_BYTES: gl.constexpr,
+    NORM_OFF: gl.constexpr,
+    VAL_OFF: gl.constexpr,
+    VAL_BYTES: gl.constexpr,
+    SCALE_OFF: gl.constexpr,
+    ZERO_OFF: gl.constexpr,
+    KEY_FP8: gl.constexpr,
+    NORM_CORRECTION: gl.constexpr,
+    SATURATE_QUERY: gl.constexpr,
+    BALANCE: gl.constexpr = False,
+    SKIP_EMPTY: gl.constexpr = False,
+):
+    """One warp; ``BLOCK_Q * G_PAD`` is 8 (the product's columns), ``D`` 128, ``BLOCK_KV``
+    16, 32 or 64, ``BLOCK_SIZE`` a power of two >= 16 (a row tile never straddles a block).
+    Keys fp8 (``KEY_FP8``) or 3-bit codebook codes (``Centroids``: ``key_lut.lut_words``'
+    table), values uniform 4-bit codes. The other constexprs are
+    ``kernel.attention_kernel``'s."""
+    gl.static_assert(D == 128, "head_dim 128")
+    gl.static_assert(BLOCK_Q * G_PAD == 8, "8 query columns")
+    MT: gl.constexpr = BLOCK_KV // 16
+    # [8 (g), 4 (c), n]: lane 4 g + c, n in registers
+    LT: gl.constexpr = gl.BlockedLayout([1, 1, MT], [8, 4, 1], [1, 1, 1], [2, 1, 0])
+    LT4: gl.constexpr = gl.BlockedLayout([1, 1, MT, 8], [8, 4, 1, 1], [1, 1, 1, 1], [3, 2, 1, 0])
+    LU: gl.constexpr = gl.BlockedLayout([1, 1, 8], [8, 4, 1], [1, 1, 1], [2, 1, 0])
+    LQ: gl.constexpr = gl.BlockedLayout([1, 1, 16], [8, 4, 1], [1, 1, 1], [2, 1, 0])
+    LO: gl.constexpr = gl.BlockedLayout([1, 1, 16], [8, 4, 1], [1, 1, 1], [2, 1, 0])
+    L2: gl.constexpr = gl.SliceLayout(2, LT)
+    # the query's Hadamard transform (gluon_kernel's layouts, one warp)
+    QH: gl.constexpr = gl.BlockedLayout([1, D // 2], [16, 2], [1, 1], [1, 0])
+    QE: gl.constexpr = gl.BlockedLayout([1, 1], [16, 2], [1, 1], [1, 0])
+    QL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (D // 8), D // 8], [1, 1], [1, 0])
+    QC: gl.constexpr = gl.BlockedLayout([1, 1, 32], [8, 4, 1], [1, 1, 1], [2, 1, 0])
+
+    r = gl.program_id(0)
+    h = gl.program_id(1)
+    split = gl.program_id(2)
+    chunk = 0
+    if BALANCE:
+        chunk = _balanced_chunk(SeqLens, stride_sl, bt_cap, split_programs, NUM_SPLITS, BLOCK_KV, 1)
+    seq_len, q_start, q_len, kv_lo, kv_hi = _request_bounds(
+        SeqLens, QueryStart, stride_sl, stride_qs, bt_cap, num_query_rows, chunk, NUM_SPLITS, BLOCK_KV, BALANCE
+    )
+    head_base = Cache + h.to(gl.int64) * HEAD_STRIDE
+    bt_row = BlockTable + r.to(gl.int64) * stride_bt
+    if KEY_FP8:
+        lut = (0, 0, 0, 0)
+    else:
+        lut_words = Centroids.to(gl.pointer_type(gl.int32))
+        lut = (
+            gl.load(lut_words).to(gl.uint32, bitcast=True),
+            gl.load(lut_words + 1).to(gl.uint32, bitcast=True),
+            gl.load(lut_words + 2).to(gl.uint32, bitcast=True),
+            gl.load(lut_words + 3).to(gl.uint32, bitcast=True),
+        )
+
+    # per thread: query columns 2 c + j (j = 0, 1)
+    gi2 = gl.arange(0, 8, layout=gl.SliceLayout(1, L2))[:, None]
+    ci2 = gl.arange(0, 4, layout=gl.SliceLayout(0, L2))[None, :]
+    n0 = 2 * ci2 + gi2 * 0
+    n1 = n0 + 1
+    # the value product's row tiles u: word 2 g + u // 4, byte u % 4 (token_rows_ptx)
+    uu = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, LU)))[None, None, :]
+    lo_u = uu < 4
+    sel_u = ((uu % 4) | (((uu % 4) + 4) << 8)).to(gl.uint32)
+    # the output's head_dim positions of a thread: 16 g .. 16 g + 15 (element 2 u + high nibble)
+    go = gl.arange(0, 8, layout=gl.SliceLayout(1, gl.SliceLayout(2, LO)))[:, None, None]
+    eo = gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, LO)))[None, None, :]
+    dpos = go * 16 + eo
+
+    for qc in range(0, q_len, BLOCK_Q):
+        tok0 = qc + n0 // G_PAD
+        tok1 = qc + n1 // G_PAD
+        ok0 = (tok0 < q_len) & (n0 % G_PAD < G)
+        ok1 = (tok1 < q_len) & (n1 % G_PAD < G)
+        if SKIP_EMPTY and kv_lo >= gl.minimum(kv_hi, seq_len - q_len + gl.minimum(qc + BLOCK_Q, q_len)):
+            first_g = gi2 == 0
+            for jj in gl.static_range(2):
+                tok_e = tok1 if jj == 1 else tok0
+                ok_e = ok1 if jj == 1 else ok0
+                n_e = n1 if jj == 1 else n0
+                slot_e = ((q_start + tok_e).to(gl.int64) * NUM_Q_HEADS + h * G + n_e % G_PAD) * NUM_SPLITS + split
+                gl.store(Lse + slot_e, gl.full([8, 4], float("-inf"), gl.float32, L2), mask=ok_e & first_g)
+        else:
+            QLOAD: gl.constexpr = QL if KEY_FP8 else QH
+            mq = gl.arange(0, 8, layout=gl.SliceLayout(1, QLOAD))
+            dq = gl.arange(0, D, layout=gl.SliceLayout(0, QLOAD))
+            tok_q = qc + mq // G_PAD
+            ok_q = (tok_q < q_len) & (mq % G_PAD < G)
+            q = gl.load(
+                Q
+                + (q_start + tok_q).to(gl.int64)[:, None] * stride_qt
+                + (h * G + mq % G_PAD)[:, None] * stride_qh
+                + dq[None, :],
+                mask=ok_q[:, None],
+                other=0.0,
+            ).to(gl.float32)
+            q_bad_rows = _nonfinite_rows(q)
+            if KEY_FP8:
+                q = q * q_mul
+            else:
+                q = q * (q_mul / gl.sqrt(D * 1.0))
+                q = _butterflies(q, 8, D, 0, LOG2_D - 1)
+                q = _butterflies(gl.convert_layout(q, QE), 8, D, LOG2_D - 1, LOG2_D)
+            # rows g, chunks c of 32 positions: [8, 4, 32]
+            q = gl.convert_layout(gl.reshape(q, [8, 4, 32]), QC)
+            # a column's query with a NaN or ±inf element (flags of rows g as fp16 pairs
+            # (g, g), transposed by quarter: each thread gets those of columns 2 c, 2 c + 1)
+            bad = gl.convert_layout(q_bad_rows.to(gl.float32), gl.SliceLayout(1, L2))[:, None] + ci2 * 0.0
+            bad_t = _pair_t(bad, bad)
+            q_bad0 = (bad_t & 0xFFFF) != 0
+            q_bad1 = (bad_t >> 16) != 0
+            if SATURATE_QUERY:
+                q = _saturate(q)
+            q16 = q.to(gl.float16, fp_downcast_rounding="rtz")
+            qlo, qhi = gl.split(gl.reshape(q16, [8, 4, 16, 2]))
+            qw = qlo.to(gl.uint16, bitcast=True).to(gl.uint32) | (qhi.to(gl.uint16, bitcast=True).to(gl.uint32) << 16)
+            qw = gl.convert_layout(qw, LQ)
+            qa, qb = _split2(qw)  # even / odd pairs: [8, 4, 8] each
+            q0, q2, q4, q6, q8, q10, q12, q14 = _unstack8(qa, L2)
+            q1, q3, q5, q7, q9, q11, q13, q15 = _unstack8(qb, L2)
+            # as [8, 4, 1], broadcast over the row tiles
+            q0, q1, q2, q3 = q0[:, :, None], q1[:, :, None], q2[:, :, None], q3[:, :, None]
+            q4, q5, q6, q7 = q4[:, :, None], q5[:, :, None], q6[:, :, None], q7[:, :, None]
+            q8, q9, q10, q11 = q8[:, :, None], q9[:, :, None], q10[:, :, None], q11[:, :, None]
+            q12, q13, q14, q15 = q12[:, :, None], q13[:, :, None], q14[:, :, None], q15[:, :, None]
+
+            # each column's causal bound
+            row_pos0 = seq_len - q_len + tok0
+            row_pos1 = seq_len - q_len + tok1
+            m_0 = gl.full([8, 4], float("-inf"), gl.float32, L2)
+            m_1 = m_0
+            l_0 = gl.zeros([8, 4], gl.float32, L2)
+            l_1 = l_0
+            r_0 = l_0
+            r_1 = l_0
+            f_i = l_0  # the value scales' reference (set by the first tile)
+            acc = (
+                gl.zeros([8, 4, 8], gl.float32, LU),
+                gl.zeros([8, 4, 8], gl.float32, LU),
+                gl.zeros([8, 4, 8], gl.float32, LU),
+                gl.zeros([8, 4, 8], gl.float32, LU),
+            )
+            hi = gl.minimum(kv_hi, seq_len - q_len + gl.minimum(qc + BLOCK_Q, q_len))
+            unmasked_hi = gl.minimum(hi, seq_len - q_len + qc + 1)
+            where = (bt_row, stride_bc, head_base, stride_blk, hi, last_block)
+            gi = gl.arange(0, 8, layout=gl.SliceLayout(1, L2))[:, None, None] + gl.zeros([8, 4, MT], gl.int32, LT)
+            ti = gl.arange(0, MT, layout=gl.SliceLayout(0, gl.SliceLayout(1, LT)))[None, None, :]
+            zc = gl.zeros([8, 4, MT], gl.float32, LT)
+            tile = _load_tile(
+                kv_lo,
+                where,
+                LT,
+                LT4,
+                MT,
+                BLOCK_SIZE,
+                KEY_OFF,
+                KEY_BYTES,
+                NORM_OFF,
+                VAL_OFF,
+                VAL_BYTES,
+                SCALE_OFF,
+                ZERO_OFF,
+                KEY_FP8,
+            )
+            for start in range(kv_lo, hi, BLOCK_KV):
+                cur = tile
+                tile = _load_tile(
+                    start + BLOCK_KV,
+                    where,
+                    LT,
+                    LT4,
+                    MT,
+                    BLOCK_SIZE,
+                    KEY_OFF,
+                    KEY_BYTES,
+                    NORM_OFF,
+                    VAL_OFF,
+                    VAL_BYTES,
+                    SCALE_OFF,
+                    ZERO_OFF,
+                    KEY_FP8,
+                )
+                k0, k1, k2, k3, k4, k5, kn0, kn1, vs0, vs1, vz0, vz1, v0, v1, v2, v3, v4, v5, v6, v7 = cur
+                # scores S^T: [8, 4, MT] per (key row h, column j)
+                if KEY_FP8:
+                    a0, a1, a2, a3, a4, a5, a6, a7 = _words8(k0, LT)
+                    b0, b1, b2, b3, b4, b5, b6, b7 = _words8(k3, LT)
+                    c0, c1, c2, c3 = gl.inline_asm_elementwise(
+                        _QK8,
+                        _QK8_C,
+                        [a0, a1, a2, a3, b0, b1, b2, b3, q0, q1, q2, q3, q4, q5, q6, q7, zc, zc, zc, zc],
+                        dtype=(gl.float32, gl.float32, gl.float32, gl.float32),
+                        is_pure=True,
+                        pack=1,
+                    )
+                    s00, s01, s10, s11 = gl.inline_asm_elementwise(
+                        _QK8,
+                        _QK8_C,
+                        [a4, a5, a6, a7, b4, b5, b6, b7, q8, q9, q10, q11, q12, q13, q14, q15, c0, c1, c2, c3],
+                        dtype=(gl.float32, gl.float32, gl.float32, gl.float32),
+                        is_pure=True,
+                        pack=1,
+                    )
+                else:
+                    la, lb, ha, hb = lut
+                    c0, c1, c2, c3, sq0, sq1 = gl.inline_asm_elementwise(
+                        _QK3_LO,
+                        _QK3_C,
+                        [
+                            k0,
+                            k1,
+                            k2,
+                            k3,
+                            k4,
+                            k5,
+                            la,
+                            lb,
+                            ha,
+                            hb,
+                            q0,
+                            q1,
+                            q2,
+                            q3,
+                            q4,
+                            q5,
+                            q6,
+                            q7,
+                            zc,
+                            zc,
+                            zc,
+                            zc,
+                            zc,
+                            zc,
+                        ],
+                        dtype=(gl.float32, gl.float32, gl.float32, gl.float32, gl.float32, gl.float32),
+                        is_pure=True,
+                        pack=1,
+                    )
+                    s00, s01, s10, s11, sq0, sq1 = gl.inline_asm_elementwise(
+                        _QK3_HI,
+                        _QK3_C,
+                        [
+                            k0,
+                            k1,
+                            k2,
+                            k3,
+                            k4,
+                            k5,
+                            la,
+                            lb,
+                            ha,
+                            hb,
+                            q8,
+                            q9,
+                            q10,
+                            q11,
+                            q12,
+                            q13,
+                            q14,
+                            q15,
+                            c0,
+                            c1,
+                            c2,
+                            c3,
+                            sq0,
+                            sq1,
+                        ],
+                        dtype=(gl.float32, gl.float32, gl.float32, gl.float32, gl.float32, gl.float32),
+                        is_pure=True,
+                        pack=1,
+                    )
+                    # each key row's norm over its centroids' norm: the row's sum over its 4 lanes
+                    n2_0 = gl.sum(sq0, axis=1)[:, None, :]
+                    n2_1 = gl.sum(sq1, axis=1)[:, None, :]
+                    kf0 = kn0.to(gl.float32)
+                    kf1 = kn1.to(gl.float32)
+                    if NORM_CORRECTION:
+                        kf0 = gl.where(n2_0 > 0, kf0 * gl.rsqrt(n2_0), 0.0)
+                        kf1 = gl.where(n2_1 > 0, kf1 * gl.rsqrt(n2_1), 0.0)
+                    s00 = s00 * kf0
+                    s01 = s01 * kf0
+                    s10 = s10 * kf1
+                    s11 = s11 * kf1
+                if start + BLOCK_KV > unmasked_hi:
+                    pos0 = start + ti * 16 + gi
+                    pos1 = pos0 + 8
+                    s00 = gl.where((pos0 < hi) & (pos0 <= row_pos0[:, :, None]) & ok0[:, :, None], s00, float("-inf"))
+                    s01 = gl.where((pos0 < hi) & (pos0 <= row_pos1[:, :, None]) & ok1[:, :, None], s01, float("-inf"))
+                    s10 = gl.where((pos1 < hi) & (pos1 <= row_pos0[:, :, None]) & ok0[:, :, None], s10, float("-inf"))
+                    s11 = gl.where((pos1 < hi) & (pos1 <= row_pos1[:, :, None]) & ok1[:, :, None], s11, float("-inf"))
+                # online_softmax's tile step, per column (a column's 8 lanes hold its tokens)
+                t_0 = gl.max(gl.max(gl.maximum(s00, s10), axis=2), axis=0)[None, :] * q_scale
+                t_1 = gl.max(gl.max(gl.maximum(s01, s11), axis=2), axis=0)[None, :] * q_scale
+                mn_0 = gl.where(t_0 > m_0 + 8.0, t_0, m_0)
+                mn_1 = gl.where(t_1 > m_1 + 8.0, t_1, m_1)
+                mr_0 = gl.where(mn_0 == float("-inf"), 0.0, mn_0)
+                mr_1 = gl.where(mn_1 == float("-inf"), 0.0, mn_1)
+                al_0 = gl.where(mn_0 == m_0, 1.0, gl.exp2(m_0 - mr_0))
+                al_1 = gl.where(mn_1 == m_1, 1.0, gl.exp2(m_1 - mr_1))
+                p00 = gl.exp2(s00 * q_scale - mr_0[:, :, None])
+                p01 = gl.exp2(s01 * q_scale - mr_1[:, :, None])
+                p10 = gl.exp2(s10 * q_scale - mr_0[:, :, None])
+                p11 = gl.exp2(s11 * q_scale - mr_1[:, :, None])
+                l_0 = l_0 * al_0 + gl.sum(p00 + p10, axis=2)
+                l_1 = l_1 * al_1 + gl.sum(p01 + p11, axis=2)
+                m_0 = mn_0
+                m_1 = mn_1
+                vsf0 = vs0.to(gl.float32)
+                vsf1 = vs1.to(gl.float32)
+                smax = gl.max(gl.max(gl.maximum(vsf0, vsf1), axis=2), axis=0)[None, :]
+                f_new = gl.where((smax > f_i) | (smax * 16.0 < f_i), smax, f_i)
+                f_new = gl.where(f_new > 0, f_new, 1.0)
+                fr = f_i / f_new
+                f_i = f_new
+                w0 = vsf0 / f_new[:, :, None]
+                w1 = vsf1 / f_new[:, :, None]
+                mid0 = vz0.to(gl.float32) + vsf0 * 8.0
+                mid1 = vz1.to(gl.float32) + vsf1 * 8.0
+                r_0 = r_0 * al_0 + gl.sum(p00 * mid0 + p10 * mid1, axis=2)
+                r_1 = r_1 * al_1 + gl.sum(p01 * mid0 + p11 * mid1, axis=2)
+                # the probabilities times the value scales, as the value product's B registers
+                bt0 = _pair_t(p00 * w0, p01 * w0)  # tokens 2 c, 2 c + 1 of column g
+                bt1 = _pair_t(p10 * w1, p11 * w1)  # tokens 2 c + 8, 2 c + 9
+                fa0 = gl.convert_layout(al_0 * fr, gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None]
+                fa1 = gl.convert_layout(al_1 * fr, gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None]
+                acc = (acc[0] * fa0, acc[1] * fa1, acc[2] * fa0, acc[3] * fa1)
+                x0 = _tiles(bt0, MT, L2)
+                x1 = _tiles(bt1, MT, L2)
+                va0 = _tiles(v0, MT, L2)
+                va1 = _tiles(v1, MT, L2)
+                vb0 = _tiles(v2, MT, L2)
+                vb1 = _tiles(v3, MT, L2)
+                vc0 = _tiles(v4, MT, L2)
+                vc1 = _tiles(v5, MT, L2)
+                vd0 = _tiles(v6, MT, L2)
+                vd1 = _tiles(v7, MT, L2)
+                for t in gl.static_range(MT):
+                    acc = _pv_tile(
+                        acc,
+                        (
+                            gl.convert_layout(va0[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+                            gl.convert_layout(vb0[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+                            gl.convert_layout(vc0[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+                            gl.convert_layout(vd0[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+                        ),
+                        (
+                            gl.convert_layout(va1[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+                            gl.convert_layout(vb1[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+                            gl.convert_layout(vc1[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+                            gl.convert_layout(vd1[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+                        ),
+                        sel_u,
+                        lo_u,
+                        gl.convert_layout(x0[t], gl.SliceLayout(2, LU), assert_trivial=True),
+                        gl.convert_layout(x1[t], gl.SliceLayout(2, LU), assert_trivial=True),
+                        LU,
+                    )
+
+            # each column's sums over its 8 lanes
+            lt_0 = gl.sum(l_0, axis=0)[None, :] + gi2 * 0.0
+            lt_1 = gl.sum(l_1, axis=0)[None, :] + gi2 * 0.0
+            rt_0 = gl.sum(r_0, axis=0)[None, :] + gi2 * 0.0
+            rt_1 = gl.sum(r_1, axis=0)[None, :] + gi2 * 0.0
+            fa_0, fb_0 = _output_factors(lt_0, rt_0, f_i, q_bad0)
+            fa_1, fb_1 = _output_factors(lt_1, rt_1, f_i, q_bad1)
+            # column j's 16 head_dim positions: element 2 u + (row g + 8)
+            o_0 = gl.reshape(gl.join(acc[0], acc[2]), [8, 4, 16])
+            o_1 = gl.reshape(gl.join(acc[1], acc[3]), [8, 4, 16])
+            o_0 = gl.convert_layout(o_0, LO) * gl.convert_layout(fa_0, gl.SliceLayout(2, LO))[:, :, None]
+            o_0 = o_0 + gl.convert_layout(fb_0, gl.SliceLayout(2, LO))[:, :, None]
+            o_1 = gl.convert_layout(o_1, LO) * gl.convert_layout(fa_1, gl.SliceLayout(2, LO))[:, :, None]
+            o_1 = o_1 + gl.convert_layout(fb_1, gl.SliceLayout(2, LO))[:, :, None]
+            for jj in gl.static_range(2):
+                o_j = o_1 if jj == 1 else o_0
+                tok_j = tok1 if jj == 1 else tok0
+                ok_j = ok1 if jj == 1 else ok0
+                n_j = n1 if jj == 1 else n0
+                q_row = (q_start + tok_j).to(gl.int64)
+                head = h * G + n_j % G_PAD
+                q_row_o = gl.convert_layout(q_row, gl.SliceLayout(2, LO))[:, :, None]
+                head_o = gl.convert_layout(head, gl.SliceLayout(2, LO))[:, :, None]
+                ok_o = gl.convert_layout(ok_j, gl.SliceLayout(2, LO))[:, :, None]
+                if NUM_SPLITS == 1:
+                    gl.store(
+                        Out + q_row_o * stride_ot + head_o * stride_oh + dpos,
+                        o_j.to(Out.dtype.element_ty),
+                        mask=ok_o & (dpos < D),
+                    )
+                else:
+                    slot_o = (q_row_o * NUM_Q_HEADS + head_o) * NUM_SPLITS + split
+                    gl.store(Partial + slot_o * D + dpos, o_j, mask=ok_o & (dpos < D))
+                    m_j = m_1 if jj == 1 else m_0
+                    lt_j = lt_1 if jj == 1 else lt_0
+                    bad_j = q_bad1 if jj == 1 else q_bad0
+                    slot = (q_row * NUM_Q_HEADS + head) * NUM_SPLITS + split
+                    gl.store(Lse + slot, _row_lse(m_j, lt_j, bad_j, SKIP_EMPTY), mask=ok_j & (gi2 == 0))

@@ -1,0 +1,198 @@
+"""The token-rows kernel (``attention/token_rows_kernel.py``, ``TQ_GLUON=1 TQ_TOKEN_ROWS=1``).
+
+Gluon kernels do not run under Triton's interpreter. On any machine the kernel is compiled
+for sm_90 (the PTX must hold the m16n8k16 products and the ``movmatrix`` transposes, and no
+shared memory or barrier in the tile loop: keys and values are decoded straight into the
+operand registers); the launch plan must pick it only where it applies. On an NVIDIA GPU it
+is run against tq-core: decode and verification at every GQA group it takes, each tile
+size, kv splits and their knobs, long sequences and block sizes, and test_memory_safety's
+metadata cases.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import test_memory_safety as memory_safety
+import torch
+from tqt_helpers import ON_GPU, assert_close, make_batch, run_triton
+
+import tq_core
+from tq_triton.attention import gluon_launch, launch, plan
+from tq_triton.device import DeviceFacts
+from tq_triton.tuning import AttentionConfig
+
+H100 = DeviceFacts(name="NVIDIA H100", nvidia=True, capability=(9, 0), multiprocessors=132)
+PRESETS = list(plan.TOKEN_ROWS_PRESETS)
+needs_gpu = pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run only on an NVIDIA GPU")
+needs_gluon = pytest.mark.skipif(not plan.gluon_available(), reason="this Triton has no Gluon")
+
+# (preset, group, block_kv, splits[, balance]): each key kind, tile size and split kind
+COMPILED = [
+    ("turboquant_k3v4_nc", 4, 32, 16),
+    ("turboquant_k3v4_nc", 3, 16, 1),
+    ("turboquant_k3v4_nc", 8, 64, 16, 1),
+    ("turboquant_k8v4", 4, 32, 16),
+    ("turboquant_k8v4", 1, 64, 1),
+    ("turboquant_k8v4", 2, 16, 16, 1),
+]
+
+
+@needs_gluon
+def test_compiles_for_sm90():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    helper = Path(__file__).with_name("tqt_token_rows_compile.py")
+    args = [",".join(map(str, c)) for c in COMPILED]
+    run = subprocess.run([sys.executable, str(helper), *args], env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    checks = json.loads(run.stdout.splitlines()[-1])
+    assert len(checks) == len(COMPILED)
+    for config, found in zip(COMPILED, checks, strict=True):
+        tiles = config[2] // 16
+        # per row tile: 8 score steps and 8 value row tiles; per tile two transposes, and one
+        # for the query's flags
+        assert found["mma"] == 16 * tiles, config
+        assert found["movmatrix"] == 2 * tiles + 1, config
+        assert found["tile_loop_lines"] > 0, config
+        assert found["shared_in_tile_loop"] == 0 and found["barriers_in_tile_loop"] == 0, config
+        assert found["global_loads"] and found["global_stores"], config
+
+
+def _plan(preset="turboquant_k3v4_nc", group=4, head_dim=128, block_kv=32, block_size=16, token_rows=1, longest=1):
+    p = tq_core.get_preset(preset)
+    fields = p.kernel_fields(p.block_layout(head_dim, block_size, 2)).constexprs()
+    cfg = AttentionConfig(gluon=1, token_rows=token_rows, block_kv=block_kv, kv_splits=4)
+    return plan.plan_attention(H100, p, fields, 2 * group, 2, 3, longest, block_size, config=cfg)
+
+
+@needs_gluon
+def test_the_plan_picks_it_only_where_it_applies():
+    for preset in PRESETS:
+        for group, longest in ((4, 1), (4, 2), (3, 1), (8, 1), (1, 8), (2, 4)):
+            lp = _plan(preset=preset, group=group, longest=longest)
+            g_pad = plan.next_pow2(group)
+            assert lp.token_rows and lp.gluon and not lp.wgmma, (preset, group)
+            # 8 query columns: the group's q heads, padded, times the query tokens per program
+            assert lp.block_q * g_pad == 8 and lp.constexprs["BLOCK_Q"] == lp.block_q
+            assert lp.key_table
+    assert not _plan(token_rows=0).token_rows
+    refusals = {
+        "turboquant_4bit_nc: the token-rows kernel decodes": dict(preset="turboquant_4bit_nc"),
+        "head_dim 64": dict(head_dim=64),
+        "16 q heads per kv head": dict(group=16),
+        "block_size 8": dict(block_size=8),
+        "block_kv 128": dict(block_kv=128),
+    }
+    for words, kw in refusals.items():
+        assert not _plan(**kw).token_rows, kw
+        p = tq_core.get_preset(kw.get("preset", "turboquant_k3v4_nc"))
+        why = plan.token_rows_refusal(
+            p,
+            kw.get("head_dim", 128),
+            plan.next_pow2(kw.get("group", 4)),
+            kw.get("block_kv", 32),
+            kw.get("block_size", 16),
+        )
+        assert words in why, (kw, why)
+
+
+@pytest.fixture(params=[16, 32, 64], ids=["t16", "t32", "t64"])
+def token_rows_launches(request, monkeypatch):
+    """TQ_GLUON=1 TQ_TOKEN_ROWS=1 with 16-, 32- or 64-token tiles; counts the token-rows
+    launches."""
+    monkeypatch.setenv("TQ_GLUON", "1")
+    monkeypatch.setenv("TQ_TOKEN_ROWS", "1")
+    monkeypatch.setenv("TQ_BLOCK_KV", str(request.param))
+    calls = []
+    real = gluon_launch.launch_token_rows
+
+    def counted(*args, **kw):
+        calls.append(1)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(launch, "launch_token_rows", counted)
+    return calls
+
+
+def _cuda_only(device):
+    if torch.device(device).type != "cuda":
+        pytest.skip("cuda only")
+
+
+@needs_gpu
+@needs_gluon
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize(
+    ("group", "q_lens"),
+    [(4, [1, 1, 1, 1]), (4, [1, 2, 5, 3]), (8, [1, 1, 3, 2]), (1, [1, 16, 3, 1]), (3, [1, 8, 2, 7]), (2, [1, 4, 4, 2])],
+)
+@pytest.mark.parametrize("splits", [1, 7])
+def test_matches_reference(preset, group, q_lens, splits, gen, device, token_rows_launches):
+    _cuda_only(device)
+    b = make_batch(gen, preset, [1, 300, 2049, 77], q_lens, head_dim=128, num_kv_heads=2, group=group, device=device)
+    assert_close(*run_triton(b, splits=splits, max_query_len=max(q_lens)))
+    assert token_rows_launches, "the token-rows kernel did not run"
+
+
+@needs_gpu
+@needs_gluon
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize(
+    "knobs", [{"TQ_SPLIT_BUDGET": "4"}, {"TQ_SKIP_EMPTY": "1"}, {"TQ_SKIP_EMPTY": "1", "TQ_SPLIT_BUDGET": "4"}]
+)
+def test_split_knobs(preset, knobs, gen, device, token_rows_launches, monkeypatch):
+    _cuda_only(device)
+    for name, value in knobs.items():
+        monkeypatch.setenv(name, value)
+    for group in (4, 8):
+        b = make_batch(
+            gen, preset, [1, 300, 2049, 77], [1, 2, 3, 1], head_dim=128, num_kv_heads=2, group=group, device=device
+        )
+        assert_close(*run_triton(b, splits=7, max_query_len=3))
+    assert token_rows_launches
+
+
+@needs_gpu
+@needs_gluon
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("block_size", [16, 32, 128])
+def test_long_sequences_and_block_sizes(block_size, preset, gen, device, token_rows_launches):
+    _cuda_only(device)
+    b = make_batch(
+        gen, preset, [32768, 9001], [1, 2], head_dim=128, num_kv_heads=2, group=4, block_size=block_size, device=device
+    )
+    for splits in (1, 32):
+        assert_close(*run_triton(b, splits=splits))
+    assert token_rows_launches
+
+
+@needs_gpu
+@needs_gluon
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize(("splits", "budget", "skip"), memory_safety.SPLIT_MODES)
+@pytest.mark.parametrize("case", list(memory_safety.CASES))
+def test_out_of_range_metadata(case, splits, budget, skip, preset, gen, device, token_rows_launches, monkeypatch):
+    """test_memory_safety's metadata cases at head_dim 128 (canaries around the cache and the
+    output)."""
+    _cuda_only(device)
+    monkeypatch.setattr(memory_safety, "PRESET", preset)
+    monkeypatch.setattr(memory_safety, "D", 128)
+    memory_safety.test_out_of_range_metadata(case, splits, budget, skip, gen, device, monkeypatch)
+    assert token_rows_launches, "the token-rows kernel did not run"
+
+
+@needs_gpu
+@needs_gluon
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("strided", ["block_table_rows", "block_table_cols", "seq_lens", "query_start_loc", "all"])
+def test_index_tensors_read_through_their_strides(strided, preset, gen, device, token_rows_launches, monkeypatch):
+    _cuda_only(device)
+    monkeypatch.setattr(memory_safety, "PRESET", preset)
+    monkeypatch.setattr(memory_safety, "D", 128)
+    memory_safety.test_attention_reads_index_tensors_through_their_strides(strided, False, gen, device)
+    assert token_rows_launches
