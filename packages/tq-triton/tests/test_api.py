@@ -458,14 +458,17 @@ def test_shipped_h200_decode_at_head_dim_64(preset, block_kv, num_warps, monkeyp
     want = {"block_kv": block_kv, "num_warps": num_warps, "gluon": 1, "waves": 16, "kv_splits": 0, "max_registers": 0}
     assert {k: getattr(cfg, k) for k in want} == want
     d128 = tuning.attention_config(torch.device("cuda", 0), preset, 1, 4, 128)
-    assert d128.waves == (32 if preset == "turboquant_k3v4_nc" else 64)
+    assert d128.waves == (32 if preset in ("turboquant_k3v4_nc", "turboquant_4bit_nc") else 64)
 
 
 @pytest.mark.parametrize("preset", [*tq_core.PRESETS, "tq_k4v3", "tq_k4v4"])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
-def test_shipped_h200_decode_runs_the_token_rows_kernel_at_head_dim_128(preset, head_dim, monkeypatch, user_tables):
-    # runs/2026-12-04-token-rows: k8v4 and k3v4_nc decode at head_dim 128 on the token-rows
-    # kernel; head_dim 64 keeps its Gluon entries, 256 its kernels (k8v4: the portable one)
+@pytest.mark.parametrize("q_len", [1, 2, 4])
+def test_shipped_h200_token_rows_kernel_at_head_dim_128(preset, head_dim, q_len, monkeypatch, user_tables):
+    # runs/2026-12-04-token-rows: k8v4, k3v4_nc and 4bit_nc decode and verify 1 draft token
+    # at head_dim 128 on the token-rows kernel (4 q heads per kv head: 4 or 8 of its 8
+    # columns); q_len 4 does not fit; head_dim 64 keeps its Gluon entries, 256 its kernels
+    # (k8v4: the portable one)
     from tq_triton.attention import plan
     from tq_triton.device import DeviceFacts
 
@@ -473,12 +476,12 @@ def test_shipped_h200_decode_runs_the_token_rows_kernel_at_head_dim_128(preset, 
     facts = DeviceFacts(name="NVIDIA H200", nvidia=True, capability=(9, 0), multiprocessors=132)
     p = tq_core.get_preset(preset)
     fields = p.kernel_fields(p.block_layout(head_dim, 16, 8)).constexprs()
-    lp = plan.plan_attention(facts, p, fields, 32, 8, 32, 1, 16)
-    wanted = head_dim == 128 and preset in ("turboquant_k8v4", "turboquant_k3v4_nc") and plan.gluon_available()
+    lp = plan.plan_attention(facts, p, fields, 32, 8, 32, q_len, 16)
+    wanted = head_dim == 128 and q_len < 4 and preset in plan.TOKEN_ROWS_PRESETS and plan.gluon_available()
     assert lp.token_rows == wanted
     if wanted:
         assert lp.block_q * 4 == 8 and lp.splits > 1
-    if preset == "turboquant_k8v4" and head_dim == 256:
+    if preset == "turboquant_k8v4" and head_dim == 256 and q_len == 1:
         assert not lp.gluon
 
 

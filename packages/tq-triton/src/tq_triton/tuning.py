@@ -86,11 +86,12 @@ class AttentionConfig:
     # split_budget 4 in k3v4_nc's q8 entry; for k8v4 it made verify-32k 20% slower in the
     # same sweep, so that entry leaves it off
     skip_empty: int = 0
-    # 1 runs the token-rows kernel (attention/token_rows_kernel.py) where the Gluon kernel
-    # would run and it applies (plan.token_rows_refusal: k8v4 and k3v4_nc at head_dim 128,
-    # at most 8 query columns per program, block sizes of at least 16): scores as K Q^T,
-    # keys and values decoded straight into the matrix unit's operand registers. Off by
-    # default: not yet in any shipped table
+    # 1 (with gluon 1) runs the token-rows kernel (attention/token_rows_kernel.py) where it
+    # applies (plan.token_rows_refusal: k8v4, k3v4_nc and 4bit_nc at head_dim 128, the
+    # longest q_len times the padded GQA group at most 8, block sizes of at least 16): scores
+    # as K Q^T with the tokens on the matrix unit's rows, keys and values decoded straight
+    # into its operand registers. The H200 table sets it for decode and q_len 2; elsewhere
+    # the Gluon kernel runs with the same entry
     token_rows: int = 0
 
 

@@ -123,21 +123,28 @@ def gluon_refusal(preset: Preset, head_dim: int, rows: int, block_kv: int, block
 
 # the token-rows kernel: 8 query columns per program, 16-token row tiles
 TOKEN_ROWS_COLUMNS = 8
-TOKEN_ROWS_PRESETS = ("turboquant_k8v4", "turboquant_k3v4_nc")
+TOKEN_ROWS_PRESETS = ("turboquant_k8v4", "turboquant_k3v4_nc", "turboquant_4bit_nc")
 
 
-def token_rows_refusal(preset: Preset, head_dim: int, group_pad: int, block_kv: int, block_size: int) -> str:
-    """Why ``token_rows_kernel`` cannot compute a launch the Gluon kernel may run
-    (:func:`gluon_refusal` answered first), or ``""``: it decodes fp8 and 3-bit codebook keys
-    with uniform 4-bit values (k8v4, k3v4_nc) at head_dim 128, takes at most 8 q heads per kv
-    head (its 8 query columns), 16-64 tokens per tile, and blocks of at least 16 tokens (a
-    16-token row tile then lies in one block)."""
+def token_rows_refusal(
+    preset: Preset, head_dim: int, group_pad: int, block_kv: int, block_size: int, longest: int = 1
+) -> str:
+    """Why ``token_rows_kernel`` cannot compute a launch the Gluon kernel may run, or ``""``:
+    it decodes fp8, 3- and 4-bit codebook keys with uniform 4-bit values (k8v4, k3v4_nc,
+    4bit_nc) at head_dim 128; its 8 query columns must hold the batch's longest q_len
+    (``longest``, rounded up to a power of two) times the q heads per kv head (``group_pad``,
+    padded), so that each program reads the cache once; 16-64 tokens per tile; blocks of at
+    least 16 tokens (a 16-token row tile then lies in one block). A request longer than the
+    ``max_query_len`` hint is still computed correctly, in more query chunks."""
     if preset.name not in TOKEN_ROWS_PRESETS:
         return f"{preset.name}: the token-rows kernel decodes {', '.join(TOKEN_ROWS_PRESETS)}"
     if head_dim != 128:
         return f"head_dim {head_dim}: the token-rows kernel is written for 128"
-    if group_pad > TOKEN_ROWS_COLUMNS:
-        return f"{group_pad} q heads per kv head (padded) do not fit the token-rows kernel's 8 columns"
+    if next_pow2(max(1, min(longest, MAX_QUERY_LEN))) * group_pad > TOKEN_ROWS_COLUMNS:
+        return (
+            f"q_len {longest} times {group_pad} q heads per kv head (padded) does not fit the token-rows kernel's"
+            f" {TOKEN_ROWS_COLUMNS} query columns"
+        )
     if block_kv not in GLUON_BLOCK_KV:
         return f"block_kv {block_kv} is not one of {GLUON_BLOCK_KV}"
     if block_size < 16:
@@ -271,7 +278,7 @@ def plan_attention(
     rows = block_q * g_pad
     token_rows = False
     if cfg.gluon and cfg.token_rows and facts.nvidia:
-        why_not = token_rows_refusal(preset, fields["D"], g_pad, cfg.block_kv, block_size) or gluon_refusal(
+        why_not = token_rows_refusal(preset, fields["D"], g_pad, cfg.block_kv, block_size, longest) or gluon_refusal(
             preset, fields["D"], 16, cfg.block_kv, block_size, facts
         )
         token_rows = not why_not

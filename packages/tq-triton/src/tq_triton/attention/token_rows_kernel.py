@@ -3,8 +3,8 @@ tile's tokens on the matrix unit's rows, for launches of at most 8 query columns
 group's q heads, padded to a power of two, times the query tokens of a program).
 
 Same arguments, results and memory rules as ``gluon_kernel.gluon_attention_kernel``, for
-fp8 or 3-bit codebook keys with uniform 4-bit values (k8v4, k3v4_nc) at head_dim 128 and
-block sizes of at least 16 (``plan.token_rows_refusal``). Where the Gluon kernel decodes a
+fp8, 3- or 4-bit codebook keys with uniform 4-bit values (k8v4, k3v4_nc, 4bit_nc) at head_dim
+128 and block sizes of at least 16 (``plan.token_rows_refusal``). Where the Gluon kernel decodes a
 tile into shared memory and has each warp read it back as operand fragments, here one warp
 decodes each key chunk and value word straight into the ``mma.sync`` operand registers that
 multiply it (``token_rows_ptx`` says which thread holds what): no shared buffer, no barrier,
@@ -38,6 +38,8 @@ _ = balanced_chunk_fn  # _balanced_chunk (gluon_kernel) compiles it
 _QK3_LO = gl.constexpr(ptx.qk3_ptx(0))
 _QK3_HI = gl.constexpr(ptx.qk3_ptx(1))
 _QK3_C = gl.constexpr(ptx.QK3_CONSTRAINTS)
+_QK4 = gl.constexpr(ptx.qk4_ptx())
+_QK4_C = gl.constexpr(ptx.QK4_CONSTRAINTS)
 _QK8 = gl.constexpr(ptx.qk8_ptx())
 _QK8_C = gl.constexpr(ptx.QK8_CONSTRAINTS)
 _PV4 = gl.constexpr(ptx.pv4_ptx())
@@ -121,6 +123,21 @@ def _words8(x, L3: gl.constexpr):
 
 
 @gluon.jit
+def _words4(x, L3: gl.constexpr):
+    """``[8, 4, MT, 4]`` words -> four ``[8, 4, MT]`` in ``L3``."""
+    shape: gl.constexpr = x.shape
+    e, o = gl.split(gl.reshape(x, [shape[0], shape[1], shape[2], 2, 2]))  # 0, 2 | 1, 3
+    w0, w2 = gl.split(e)
+    w1, w3 = gl.split(o)
+    return (
+        gl.convert_layout(w0, L3, assert_trivial=True),
+        gl.convert_layout(w1, L3, assert_trivial=True),
+        gl.convert_layout(w2, L3, assert_trivial=True),
+        gl.convert_layout(w3, L3, assert_trivial=True),
+    )
+
+
+@gluon.jit
 def _pair_t(w0, w1):
     """fp16 pairs of columns ``2 c, 2 c + 1`` transposed by quarter (``token_rows_ptx``)."""
     return gl.inline_asm_elementwise(_PAIR_T, _PAIR_T_C, [w0, w1], dtype=gl.uint32, is_pure=True, pack=1)
@@ -142,10 +159,11 @@ def _load_tile(
     SCALE_OFF: gl.constexpr,
     ZERO_OFF: gl.constexpr,
     KEY_FP8: gl.constexpr,
+    KBITS: gl.constexpr,
 ):
     """The tile at ``start``: its key words of rows ``g`` and ``g + 8`` of each row tile
-    (3-bit codes: the chunk's three words each, ``[8, 4, MT]``; fp8: the chunk's eight words,
-    ``[8, 4, MT, 8]``, in the first slot), their norms, value scales and zero points
+    (3-bit codes: the chunk's three words each, ``[8, 4, MT]``; fp8 or 4-bit codes: the chunk's
+    eight or four words, ``[8, 4, MT, 8 or 4]``, in the first slot), their norms, value scales and zero points
     ``[8, 1, MT]``, and the value words ``2 g, 2 g + 1`` of tokens ``2 c, 2 c + 1, 2 c + 8,
     2 c + 9`` ``[8, 4, MT]``. Nothing is read from ``hi`` on; a block id outside
     ``[0, num_blocks)`` is read as the last block (``gluon_kernel._load_blocks``)."""
@@ -168,17 +186,23 @@ def _load_tile(
     kmask1 = gi + 8 + ci * 0 < left
     krow0 = base + KEY_OFF + (first + gi).to(gl.int64) * KEY_BYTES
     krow1 = base + KEY_OFF + (first + gi + 8).to(gl.int64) * KEY_BYTES
-    if KEY_FP8:
-        wi = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LT4))))
+    if KEY_FP8 or KBITS == 4:
+        # a chunk's 8 (fp8) or 4 (4-bit codes) words
+        KW: gl.constexpr = 8 if KEY_FP8 else 4
+        wi = gl.arange(0, KW, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, LT4))))
         w4 = wi[None, None, None, :]
         k0 = gl.load(
-            gl.convert_layout(krow0 + ci * 32, gl.SliceLayout(3, LT4)).to(gl.pointer_type(gl.int32))[:, :, :, None]
+            gl.convert_layout(krow0 + ci * (4 * KW), gl.SliceLayout(3, LT4)).to(gl.pointer_type(gl.int32))[
+                :, :, :, None
+            ]
             + w4,
             mask=gl.convert_layout(kmask0, gl.SliceLayout(3, LT4))[:, :, :, None],
             other=0,
         )
         k3 = gl.load(
-            gl.convert_layout(krow1 + ci * 32, gl.SliceLayout(3, LT4)).to(gl.pointer_type(gl.int32))[:, :, :, None]
+            gl.convert_layout(krow1 + ci * (4 * KW), gl.SliceLayout(3, LT4)).to(gl.pointer_type(gl.int32))[
+                :, :, :, None
+            ]
             + w4,
             mask=gl.convert_layout(kmask1, gl.SliceLayout(3, LT4))[:, :, :, None],
             other=0,
@@ -299,6 +323,7 @@ def token_rows_attention_kernel(
     SCALE_OFF: gl.constexpr,
     ZERO_OFF: gl.constexpr,
     KEY_FP8: gl.constexpr,
+    KBITS: gl.constexpr,
     NORM_CORRECTION: gl.constexpr,
     SATURATE_QUERY: gl.constexpr,
     BALANCE: gl.constexpr = False,
@@ -306,15 +331,16 @@ def token_rows_attention_kernel(
 ):
     """One warp; ``BLOCK_Q * G_PAD`` is 8 (the product's columns), ``D`` 128, ``BLOCK_KV``
     16, 32 or 64, ``BLOCK_SIZE`` a power of two >= 16 (a row tile never straddles a block).
-    Keys fp8 (``KEY_FP8``) or 3-bit codebook codes (``Centroids``: ``key_lut.lut_words``'
-    table), values uniform 4-bit codes. The other constexprs are
+    Keys fp8 (``KEY_FP8``) or 3- or 4-bit codebook codes (``KBITS``; ``Centroids``:
+    ``key_lut.lut_words``' table, of the magnitudes for 4-bit codes), values uniform 4-bit
+    codes. The other constexprs are
     ``kernel.attention_kernel``'s."""
     gl.static_assert(D == 128, "head_dim 128")
     gl.static_assert(BLOCK_Q * G_PAD == 8, "8 query columns")
     MT: gl.constexpr = BLOCK_KV // 16
     # [8 (g), 4 (c), n]: lane 4 g + c, n in registers
     LT: gl.constexpr = gl.BlockedLayout([1, 1, MT], [8, 4, 1], [1, 1, 1], [2, 1, 0])
-    LT4: gl.constexpr = gl.BlockedLayout([1, 1, MT, 8], [8, 4, 1, 1], [1, 1, 1, 1], [3, 2, 1, 0])
+    LT4: gl.constexpr = gl.BlockedLayout([1, 1, MT, 8 if KEY_FP8 else 4], [8, 4, 1, 1], [1, 1, 1, 1], [3, 2, 1, 0])
     LU: gl.constexpr = gl.BlockedLayout([1, 1, 8], [8, 4, 1], [1, 1, 1], [2, 1, 0])
     LQ: gl.constexpr = gl.BlockedLayout([1, 1, 16], [8, 4, 1], [1, 1, 1], [2, 1, 0])
     LO: gl.constexpr = gl.BlockedLayout([1, 1, 16], [8, 4, 1], [1, 1, 1], [2, 1, 0])
@@ -455,6 +481,7 @@ def token_rows_attention_kernel(
                 SCALE_OFF,
                 ZERO_OFF,
                 KEY_FP8,
+                KBITS,
             )
             for start in range(kv_lo, hi, BLOCK_KV):
                 cur = tile
@@ -473,6 +500,7 @@ def token_rows_attention_kernel(
                     SCALE_OFF,
                     ZERO_OFF,
                     KEY_FP8,
+                    KBITS,
                 )
                 k0, k1, k2, k3, k4, k5, kn0, kn1, vs0, vs1, vz0, vz1, v0, v1, v2, v3, v4, v5, v6, v7 = cur
                 # scores S^T: [8, 4, MT] per (key row h, column j)
@@ -497,72 +525,115 @@ def token_rows_attention_kernel(
                     )
                 else:
                     la, lb, ha, hb = lut
-                    c0, c1, c2, c3, sq0, sq1 = gl.inline_asm_elementwise(
-                        _QK3_LO,
-                        _QK3_C,
-                        [
-                            k0,
-                            k1,
-                            k2,
-                            k3,
-                            k4,
-                            k5,
-                            la,
-                            lb,
-                            ha,
-                            hb,
-                            q0,
-                            q1,
-                            q2,
-                            q3,
-                            q4,
-                            q5,
-                            q6,
-                            q7,
-                            zc,
-                            zc,
-                            zc,
-                            zc,
-                            zc,
-                            zc,
-                        ],
-                        dtype=(gl.float32, gl.float32, gl.float32, gl.float32, gl.float32, gl.float32),
-                        is_pure=True,
-                        pack=1,
-                    )
-                    s00, s01, s10, s11, sq0, sq1 = gl.inline_asm_elementwise(
-                        _QK3_HI,
-                        _QK3_C,
-                        [
-                            k0,
-                            k1,
-                            k2,
-                            k3,
-                            k4,
-                            k5,
-                            la,
-                            lb,
-                            ha,
-                            hb,
-                            q8,
-                            q9,
-                            q10,
-                            q11,
-                            q12,
-                            q13,
-                            q14,
-                            q15,
-                            c0,
-                            c1,
-                            c2,
-                            c3,
-                            sq0,
-                            sq1,
-                        ],
-                        dtype=(gl.float32, gl.float32, gl.float32, gl.float32, gl.float32, gl.float32),
-                        is_pure=True,
-                        pack=1,
-                    )
+                    if KBITS == 4:
+                        a0, a1, a2, a3 = _words4(k0, LT)
+                        b0, b1, b2, b3 = _words4(k3, LT)
+                        c0, c1, c2, c3, sq0, sq1 = gl.inline_asm_elementwise(
+                            _QK4,
+                            _QK4_C,
+                            [a0, a1, b0, b1, la, lb, ha, hb, q0, q1, q2, q3, q4, q5, q6, q7, zc, zc, zc, zc, zc, zc],
+                            dtype=(gl.float32, gl.float32, gl.float32, gl.float32, gl.float32, gl.float32),
+                            is_pure=True,
+                            pack=1,
+                        )
+                        s00, s01, s10, s11, sq0, sq1 = gl.inline_asm_elementwise(
+                            _QK4,
+                            _QK4_C,
+                            [
+                                a2,
+                                a3,
+                                b2,
+                                b3,
+                                la,
+                                lb,
+                                ha,
+                                hb,
+                                q8,
+                                q9,
+                                q10,
+                                q11,
+                                q12,
+                                q13,
+                                q14,
+                                q15,
+                                c0,
+                                c1,
+                                c2,
+                                c3,
+                                sq0,
+                                sq1,
+                            ],
+                            dtype=(gl.float32, gl.float32, gl.float32, gl.float32, gl.float32, gl.float32),
+                            is_pure=True,
+                            pack=1,
+                        )
+                    else:
+                        c0, c1, c2, c3, sq0, sq1 = gl.inline_asm_elementwise(
+                            _QK3_LO,
+                            _QK3_C,
+                            [
+                                k0,
+                                k1,
+                                k2,
+                                k3,
+                                k4,
+                                k5,
+                                la,
+                                lb,
+                                ha,
+                                hb,
+                                q0,
+                                q1,
+                                q2,
+                                q3,
+                                q4,
+                                q5,
+                                q6,
+                                q7,
+                                zc,
+                                zc,
+                                zc,
+                                zc,
+                                zc,
+                                zc,
+                            ],
+                            dtype=(gl.float32, gl.float32, gl.float32, gl.float32, gl.float32, gl.float32),
+                            is_pure=True,
+                            pack=1,
+                        )
+                        s00, s01, s10, s11, sq0, sq1 = gl.inline_asm_elementwise(
+                            _QK3_HI,
+                            _QK3_C,
+                            [
+                                k0,
+                                k1,
+                                k2,
+                                k3,
+                                k4,
+                                k5,
+                                la,
+                                lb,
+                                ha,
+                                hb,
+                                q8,
+                                q9,
+                                q10,
+                                q11,
+                                q12,
+                                q13,
+                                q14,
+                                q15,
+                                c0,
+                                c1,
+                                c2,
+                                c3,
+                                sq0,
+                                sq1,
+                            ],
+                            dtype=(gl.float32, gl.float32, gl.float32, gl.float32, gl.float32, gl.float32),
+                            is_pure=True,
+                            pack=1,
+                        )
                     # each key row's norm over its centroids' norm: the row's sum over its 4 lanes
                     n2_0 = gl.sum(sq0, axis=1)[:, None, :]
                     n2_1 = gl.sum(sq1, axis=1)[:, None, :]

@@ -124,6 +124,94 @@ def qk3_ptx(half: int) -> str:
 QK3_CONSTRAINTS = "=f,=f,=f,=f,=f,=f," + ",".join(["r"] * 18) + ",f,f,f,f,f,f"
 
 
+def _lookup4(word: str, msel: str, high: bool, a: str, b: str, sq: str) -> str:
+    """The four signed centroids of 4-bit codes 0-3 (``high``: 4-7) of ``word`` as fp16 pairs
+    ``a``, ``b`` and their squares added to ``sq``: ``key_lut.lut16_values``' lookup of the
+    symmetric codebook's magnitudes by the magnitude selectors ``msel``, the sign from each
+    code's bit 3 (``key_lut.SIGN_SELECTORS``)."""
+    sel_a, sel_b = 0x80C0, 0x90D0
+    if high:
+        shift = (f"shr.b32 t, {msel}, 16;", f"shr.b32 x, {word}, 16;")
+    else:
+        shift = (f"mov.b32 t, {msel};", f"mov.b32 x, {word};")
+    return f"""{shift[0]}
+{shift[1]}
+prmt.b32 l, $LA, $LB, t;
+prmt.b32 h, $HA, $HB, t;
+prmt.b32 {a}, l, h, 0x5140;
+prmt.b32 {b}, l, h, 0x7362;
+shl.b32 y, x, 4;
+prmt.b32 t, x, y, {sel_a:#x};
+not.b32 t, t;
+and.b32 t, t, 0x80008000;
+xor.b32 {a}, {a}, t;
+prmt.b32 t, x, y, {sel_b:#x};
+not.b32 t, t;
+and.b32 t, t, 0x80008000;
+xor.b32 {b}, {b}, t;
+mul.rn.f16x2 q, {a}, {a};
+fma.rn.f16x2 q, {b}, {b}, q;
+mov.b32 {{q0, q1}}, q;
+cvt.f32.f16 f0, q0;
+cvt.f32.f16 f1, q1;
+add.f32 f0, f0, f1;
+add.f32 {sq}, {sq}, f0;"""
+
+
+def _magnitudes(word: str, out: str) -> str:
+    """``key_lut.magnitude_selectors_fn`` of ``word`` into ``out``."""
+    return f"""shr.b32 t, {word}, 3;
+and.b32 t, t, 0x11111111;
+xor.b32 t, t, 0x11111111;
+mul.lo.u32 t, t, 7;
+xor.b32 t, {word}, t;
+and.b32 {out}, t, 0x77777777;"""
+
+
+def qk4_ptx() -> str:
+    """Four steps of ``S^T`` for 4-bit codebook keys of a symmetric codebook: two words (8
+    codes each) per key row, step ``2 w + h`` on word ``w``'s codes ``4 h .. 4 h + 3``.
+    Outputs as :func:`qk3_ptx`'s. Inputs: ``$6``, ``$7`` the words of row ``g``, ``$8``, ``$9``
+    of row ``g + 8``, ``$10..$13`` the register table of the magnitudes, ``$14..$21`` the
+    query's ``B`` registers of the four steps, ``$22..$25`` the ``C`` fragment so far, ``$26``,
+    ``$27`` the sums so far."""
+    body = []
+    for w in range(2):
+        body.append(_magnitudes(f"${6 + w}", "mg"))
+        body.append(_magnitudes(f"${8 + w}", "mk"))
+        for hh in range(2):
+            body.append(_lookup4(f"${6 + w}", "mg", bool(hh), "ag", "bg", "sg"))
+            body.append(_lookup4(f"${8 + w}", "mk", bool(hh), "ak", "bk", "sk"))
+            qb = 14 + 2 * (2 * w + hh)
+            body.append(f"{MMA} {{c0, c1, c2, c3}}, {{ag, ak, bg, bk}}, {{${qb}, ${qb + 1}}}, {{c0, c1, c2, c3}};")
+    text = "\n".join(
+        [
+            "{",
+            ".reg .b32 x, y, t, l, h, q, ag, bg, ak, bk, mg, mk;",
+            ".reg .b16 q0, q1;",
+            ".reg .f32 f0, f1, sg, sk, c0, c1, c2, c3;",
+            "mov.f32 c0, $22;",
+            "mov.f32 c1, $23;",
+            "mov.f32 c2, $24;",
+            "mov.f32 c3, $25;",
+            "mov.f32 sg, $26;",
+            "mov.f32 sk, $27;",
+            *body,
+            "mov.f32 $0, c0;",
+            "mov.f32 $1, c1;",
+            "mov.f32 $2, c2;",
+            "mov.f32 $3, c3;",
+            "mov.f32 $4, sg;",
+            "mov.f32 $5, sk;",
+            "}",
+        ]
+    )
+    return _numbered(text, {"LA": 10, "LB": 11, "HA": 12, "HB": 13})
+
+
+QK4_CONSTRAINTS = "=f,=f,=f,=f,=f,=f," + ",".join(["r"] * 16) + ",f,f,f,f,f,f"
+
+
 def qk8_ptx() -> str:
     """Four steps of ``S^T`` for fp8 (e4m3) keys: each word holds 4 head_dim positions,
     converted as two fp16 pairs. Outputs ``$0..$3`` the ``C`` fragment. Inputs: ``$4..$7``
