@@ -87,10 +87,6 @@ def compile_token_rows(
     """The token-rows kernel compiled without a GPU for an NVIDIA target ``sm``, as the
     launcher specialises it (head_dim 128, 2 kv heads, 16-token blocks), as
     :func:`compile_gluon` compiles the Gluon kernel."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
     from .token_rows_kernel import token_rows_attention_kernel
 
     p = tq_core.get_preset(preset)
@@ -108,22 +104,7 @@ def compile_token_rows(
         BALANCE=balance,
         SKIP_EMPTY=False,
     )
-    types = {"Q": "*bf16", "Cache": "*u8", "Out": "*bf16", "Partial": "*fp32", "Lse": "*fp32", "Centroids": "*fp32"}
-    types |= {"q_mul": "fp32", "q_scale": "fp32", "stride_blk": "i64"}
-    types |= dict.fromkeys(("BlockTable", "SeqLens", "QueryStart"), "*i32")
-    sig, cx, attrs = {}, {}, {}
-    for i, name in enumerate(inspect.signature(token_rows_attention_kernel.fn).parameters):
-        if name in consts:
-            sig[name] = "constexpr"
-            cx[(i,)] = consts[name]
-            continue
-        sig[name] = types.get(name, "i32")
-        if sig[name].startswith("*") or name.startswith("stride"):
-            attrs[(i,)] = [["tt.divisibility", 16]]
-    src = GluonASTSource(fn=token_rows_attention_kernel, signature=sig, constexprs=cx, attrs=attrs)
-    return triton.compile(
-        src, target=GPUTarget("cuda", sm, 32), options={"num_warps": 1} | ({"maxnreg": maxnreg} if maxnreg else {})
-    )
+    return _compile(token_rows_attention_kernel, consts, 1, sm, maxnreg)
 
 
 def compile_gluon(
@@ -147,10 +128,6 @@ def compile_gluon(
     ``wgmma``: Hopper's warpgroup products (``WGMMA``; 64 rows); ``skip_empty``: empty kv
     splits skipped (``SKIP_EMPTY``, ``AttentionConfig.skip_empty``). Not under
     ``TRITON_INTERPRET=1``, where Gluon functions cannot compile."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
     from .gluon_kernel import gluon_attention_kernel
 
     p = tq_core.get_preset(preset)
@@ -171,22 +148,35 @@ def compile_gluon(
         WGMMA=wgmma,
         SKIP_EMPTY=skip_empty,
     )
-    types = {"Q": "*bf16", "Cache": "*u8", "Out": "*bf16", "Partial": "*fp32", "Lse": "*fp32", "Centroids": "*fp32"}
-    types |= dict.fromkeys(("KeyGain", "KeyOffset", "KeyFirstOffset", "ValueGain", "ValueOffset"), "*fp32")
-    types |= {"ValueFirstOffset": "*fp32", "VCentroids": "*i32"}
-    types |= {"q_mul": "fp32", "q_scale": "fp32", "stride_blk": "i64"}
-    types |= dict.fromkeys(("BlockTable", "SeqLens", "QueryStart"), "*i32")
+    return _compile(gluon_attention_kernel, consts, warps, sm, maxnreg)
+
+
+# the kernels' pointer and float arguments (every other non-constexpr argument is an int32)
+_ARG_TYPES = {"Q": "*bf16", "Cache": "*u8", "Out": "*bf16", "Partial": "*fp32", "Lse": "*fp32", "Centroids": "*fp32"}
+_ARG_TYPES |= dict.fromkeys(("KeyGain", "KeyOffset", "KeyFirstOffset", "ValueGain", "ValueOffset"), "*fp32")
+_ARG_TYPES |= {"ValueFirstOffset": "*fp32", "VCentroids": "*i32"}
+_ARG_TYPES |= {"q_mul": "fp32", "q_scale": "fp32", "stride_blk": "i64"}
+_ARG_TYPES |= dict.fromkeys(("BlockTable", "SeqLens", "QueryStart"), "*i32")
+
+
+def _compile(kernel: Any, consts: dict[str, object], warps: int, sm: int, maxnreg: int) -> Any:
+    """``kernel`` (a Gluon attention kernel) compiled for NVIDIA target ``sm`` with the
+    constexprs ``consts``, as the launcher specialises it: 16-byte aligned pointers, strides
+    divisible by 16."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
     sig, cx, attrs = {}, {}, {}
-    for i, name in enumerate(inspect.signature(gluon_attention_kernel.fn).parameters):
+    for i, name in enumerate(inspect.signature(kernel.fn).parameters):
         if name in consts:
             sig[name] = "constexpr"
             cx[(i,)] = consts[name]
             continue
-        sig[name] = types.get(name, "i32")
-        # as the launcher specialises them: 16-byte aligned pointers, strides divisible by 16
+        sig[name] = _ARG_TYPES.get(name, "i32")
         if sig[name].startswith("*") or name.startswith("stride"):
             attrs[(i,)] = [["tt.divisibility", 16]]
-    src = GluonASTSource(fn=gluon_attention_kernel, signature=sig, constexprs=cx, attrs=attrs)
+    src = GluonASTSource(fn=kernel, signature=sig, constexprs=cx, attrs=attrs)
     return triton.compile(
         src, target=GPUTarget("cuda", sm, 32), options={"num_warps": warps} | ({"maxnreg": maxnreg} if maxnreg else {})
     )

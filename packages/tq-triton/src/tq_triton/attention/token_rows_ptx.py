@@ -83,6 +83,28 @@ def _numbered(text: str, names: dict[str, int]) -> str:
     return text
 
 
+def _qk_block(body: list[str], regs: str, c_in: int) -> str:
+    """A codebook-key score block: its registers, the ``C`` fragment read from ``$c_in ..
+    $c_in + 3`` and the two sums of squares from the next two operands, ``body``, then
+    ``$0..$3`` the fragment and ``$4``, ``$5`` the sums."""
+    return "\n".join(
+        [
+            "{",
+            regs,
+            ".reg .b16 q0, q1;",
+            ".reg .f32 f0, f1, sg, sk, c0, c1, c2, c3;",
+            *(f"mov.f32 c{i}, ${c_in + i};" for i in range(4)),
+            f"mov.f32 sg, ${c_in + 4};",
+            f"mov.f32 sk, ${c_in + 5};",
+            *body,
+            *(f"mov.f32 ${i}, c{i};" for i in range(4)),
+            "mov.f32 $4, sg;",
+            "mov.f32 $5, sk;",
+            "}",
+        ]
+    )
+
+
 def qk3_ptx(half: int) -> str:
     """Four steps (``4 half .. 4 half + 3``) of ``S^T`` for 3-bit codebook keys. Outputs:
     ``$0..$3`` the ``C`` fragment, ``$4``, ``$5`` the sums of squared centroids of key rows
@@ -96,28 +118,7 @@ def qk3_ptx(half: int) -> str:
         body.append(_lookup3(s, ("$9", "$10", "$11"), "ak", "bk", "sk"))
         qb = 16 + 2 * (s - 4 * half)
         body.append(f"{MMA} {{c0, c1, c2, c3}}, {{ag, ak, bg, bk}}, {{${qb}, ${qb + 1}}}, {{c0, c1, c2, c3}};")
-    text = "\n".join(
-        [
-            "{",
-            ".reg .b32 x, y, t, l, h, q, ag, bg, ak, bk;",
-            ".reg .b16 q0, q1;",
-            ".reg .f32 f0, f1, sg, sk, c0, c1, c2, c3;",
-            "mov.f32 c0, $24;",
-            "mov.f32 c1, $25;",
-            "mov.f32 c2, $26;",
-            "mov.f32 c3, $27;",
-            "mov.f32 sg, $28;",
-            "mov.f32 sk, $29;",
-            *body,
-            "mov.f32 $0, c0;",
-            "mov.f32 $1, c1;",
-            "mov.f32 $2, c2;",
-            "mov.f32 $3, c3;",
-            "mov.f32 $4, sg;",
-            "mov.f32 $5, sk;",
-            "}",
-        ]
-    )
+    text = _qk_block(body, ".reg .b32 x, y, t, l, h, q, ag, bg, ak, bk;", 24)
     return _numbered(text, {"LA": 12, "LB": 13, "HA": 14, "HB": 15})
 
 
@@ -184,28 +185,7 @@ def qk4_ptx() -> str:
             body.append(_lookup4(f"${8 + w}", "mk", bool(hh), "ak", "bk", "sk"))
             qb = 14 + 2 * (2 * w + hh)
             body.append(f"{MMA} {{c0, c1, c2, c3}}, {{ag, ak, bg, bk}}, {{${qb}, ${qb + 1}}}, {{c0, c1, c2, c3}};")
-    text = "\n".join(
-        [
-            "{",
-            ".reg .b32 x, y, t, l, h, q, ag, bg, ak, bk, mg, mk;",
-            ".reg .b16 q0, q1;",
-            ".reg .f32 f0, f1, sg, sk, c0, c1, c2, c3;",
-            "mov.f32 c0, $22;",
-            "mov.f32 c1, $23;",
-            "mov.f32 c2, $24;",
-            "mov.f32 c3, $25;",
-            "mov.f32 sg, $26;",
-            "mov.f32 sk, $27;",
-            *body,
-            "mov.f32 $0, c0;",
-            "mov.f32 $1, c1;",
-            "mov.f32 $2, c2;",
-            "mov.f32 $3, c3;",
-            "mov.f32 $4, sg;",
-            "mov.f32 $5, sk;",
-            "}",
-        ]
-    )
+    text = _qk_block(body, ".reg .b32 x, y, t, l, h, q, ag, bg, ak, bk, mg, mk;", 22)
     return _numbered(text, {"LA": 10, "LB": 11, "HA": 12, "HB": 13})
 
 
