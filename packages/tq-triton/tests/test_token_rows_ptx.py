@@ -1,0 +1,302 @@
+"""The token-rows kernel's inline PTX (``attention/token_rows_ptx.py``) run on the host by a
+model of one warp: each of the 32 lanes runs the block line by line in lockstep, and the
+warp-wide ``mma.sync`` m16n8k16 and ``movmatrix`` gather and scatter the fragments as the
+PTX ISA lays them out. Each lane gets the operands that ``token_rows_ptx``'s docstring says
+it holds (the kernel's loads give them the same on the GPU, where test_token_rows_kernel
+checks the whole kernel against tq-core), and the results must equal products computed
+directly from the codes: scores of 3-bit, 4-bit and fp8 keys with a query, the centroid
+norms, and the value product of 4-bit codes with transposed probabilities."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+from test_key_lut import _b32, _f16x2, prmt
+
+import tq_core
+from tq_triton.attention import token_rows_ptx as ptx
+from tq_triton.device_tensors import codebook
+from tq_triton.key_lut import lut_words
+
+MASK = 0xFFFFFFFF
+
+
+def _lop3(a: int, b: int, c: int, imm: int) -> int:
+    out = 0
+    for i in range(8):
+        if imm >> i & 1:
+            out |= (a if i & 4 else ~a) & (b if i & 2 else ~b) & (c if i & 1 else ~c)
+    return out & MASK
+
+
+def _e4m3x2(h: int) -> int:
+    """``cvt.rn.f16x2.e4m3x2`` of a 16-bit pair (low byte to the low half)."""
+    pair = torch.tensor([h & 0xFF, h >> 8], dtype=torch.uint8).view(torch.float8_e4m3fn)
+    return _b32(pair.to(torch.float32).numpy())
+
+
+def _frag(regs: list[int]) -> np.ndarray:
+    return np.concatenate([_f16x2(r).astype(np.float64) for r in regs])
+
+
+def _mma(lanes: list[dict], a: list[str], b: list[str], c: list[str], d: list[str]) -> None:
+    """``mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32`` over the warp's lanes."""
+    ma, mb, mc = np.zeros((16, 16)), np.zeros((16, 8)), np.zeros((16, 8))
+    for lane, regs in enumerate(lanes):
+        g, t = divmod(lane, 4)
+        fa = _frag([regs[r] for r in a])
+        for j in range(2):
+            ma[g, 2 * t + j], ma[g + 8, 2 * t + j] = fa[j], fa[2 + j]
+            ma[g, 2 * t + 8 + j], ma[g + 8, 2 * t + 8 + j] = fa[4 + j], fa[6 + j]
+            mb[2 * t + j, g] = _f16x2(regs[b[0]])[j]
+            mb[2 * t + 8 + j, g] = _f16x2(regs[b[1]])[j]
+            mc[g, 2 * t + j], mc[g + 8, 2 * t + j] = regs[c[j]], regs[c[2 + j]]
+    md = ma @ mb + mc
+    for lane, regs in enumerate(lanes):
+        g, t = divmod(lane, 4)
+        for j in range(2):
+            regs[d[j]], regs[d[2 + j]] = float(md[g, 2 * t + j]), float(md[g + 8, 2 * t + j])
+
+
+def _movmatrix(lanes: list[dict], d: str, x: str) -> None:
+    m = np.zeros((8, 8), dtype=np.float16)
+    for lane, regs in enumerate(lanes):
+        g, t = divmod(lane, 4)
+        m[g, 2 * t : 2 * t + 2] = _f16x2(regs[x])
+    for lane, regs in enumerate(lanes):
+        g, t = divmod(lane, 4)
+        regs[d] = _b32(m.T[g, 2 * t : 2 * t + 2])
+
+
+def run_warp(text: str, operands: list[dict[int, int | float]]) -> list[dict[int, int | float]]:
+    """``text`` run by 32 lanes in lockstep, lane ``l`` on ``operands[l]`` (``$n`` -> a
+    32-bit value, or a float for float32 operands). Returns each lane's ``$n`` it writes."""
+    lanes = [{f"${n}": v for n, v in ops.items()} for ops in operands]
+
+    def val(regs: dict, x: str) -> int | float:
+        return regs[x] if x in regs else int(x, 0)
+
+    for line in re.split(r"[;\n]", text):
+        line = line.strip()
+        line = line[1:].strip() if line.startswith("{") else line  # a block's opening brace
+        if not line or line == "}" or line.startswith(".reg"):
+            continue
+        op, args = line.split(None, 1)
+        if op.startswith("mma.sync"):
+            groups = [g.split(", ") for g in re.findall(r"\{([^}]*)\}", args)]
+            _mma(lanes, groups[1], groups[2], groups[3], groups[0])
+            continue
+        if op.startswith("movmatrix"):
+            _movmatrix(lanes, *[a.strip() for a in args.split(",")])
+            continue
+        for regs in lanes:
+            split = re.fullmatch(r"\{(\S+), (\S+)\}, (\S+)", args)
+            if op == "mov.b32" and split:
+                lo, hi, src = split.groups()
+                regs[lo], regs[hi] = val(regs, src) & 0xFFFF, val(regs, src) >> 16
+                continue
+            d, *src = [a.strip() for a in args.split(",")]
+            x = [val(regs, a) for a in src]
+            if op in ("mov.b32", "mov.f32"):
+                regs[d] = x[0]
+            elif op == "shr.b32":
+                regs[d] = x[0] >> x[1]
+            elif op == "shl.b32":
+                regs[d] = (x[0] << x[1]) & MASK
+            elif op == "shf.r.wrap.b32":
+                regs[d] = (((x[1] << 32) | x[0]) >> (x[2] & 31)) & MASK
+            elif op == "lop3.b32":
+                regs[d] = _lop3(*x)
+            elif op == "and.b32":
+                regs[d] = x[0] & x[1]
+            elif op == "xor.b32":
+                regs[d] = x[0] ^ x[1]
+            elif op == "not.b32":
+                regs[d] = ~x[0] & MASK
+            elif op == "mul.lo.u32":
+                regs[d] = (x[0] * x[1]) & MASK
+            elif op == "prmt.b32":
+                regs[d] = prmt(*x)
+            elif op == "mul.rn.f16x2":
+                regs[d] = _b32(_f16x2(x[0]) * _f16x2(x[1]))
+            elif op == "sub.rn.f16x2":
+                regs[d] = _b32(_f16x2(x[0]) - _f16x2(x[1]))
+            elif op == "fma.rn.f16x2":
+                f = [_f16x2(v).astype(np.float64) for v in x]
+                regs[d] = _b32(f[0] * f[1] + f[2])
+            elif op == "cvt.f32.f16":
+                regs[d] = float(np.array([x[0]], dtype=np.uint16).view(np.float16)[0])
+            elif op == "cvt.rn.f16x2.f32":
+                regs[d] = _b32(np.array([x[1], x[0]], dtype=np.float32))
+            elif op == "cvt.rn.f16x2.e4m3x2":
+                regs[d] = _e4m3x2(x[0])
+            elif op == "add.f32":
+                regs[d] = float(np.float32(x[0]) + np.float32(x[1]))
+            else:
+                raise AssertionError(f"the warp model has no {op}")
+    return [
+        {int(k[1:]): v for k, v in regs.items() if k[0] == "$" and int(k[1:]) not in ops}
+        for regs, ops in zip(lanes, operands, strict=True)
+    ]
+
+
+def _fp16_bits(x: np.ndarray) -> list[int]:
+    return [int(v) for v in x.astype(np.float16).view(np.uint16)]
+
+
+def _query_pairs(q16: np.ndarray, g: int, c: int) -> list[int]:
+    """Lane ``(g, c)``'s query B registers of the 8 score steps (pairs ``32 c + 2 e``)."""
+    bits = _fp16_bits(q16[g, 32 * c : 32 * c + 32])
+    return [bits[2 * e] | (bits[2 * e + 1] << 16) for e in range(16)]
+
+
+def _scores(text_halves, lane_words, lut, q16):
+    """Both halves of a score block over the warp; returns S^T [16, 8] and the sums of squares
+    of each key row [16]."""
+    s = np.zeros((16, 8))
+    sq = np.zeros(16)
+    outs = [{0: 0.0, 1: 0.0, 2: 0.0, 3: 0.0, 4: 0.0, 5: 0.0} for _ in range(32)]
+    for half, (text, words_of) in enumerate(text_halves):
+        ops = []
+        for lane in range(32):
+            g, c = divmod(lane, 4)
+            w = words_of(lane_words(g, c))
+            qp = _query_pairs(q16, g, c)[8 * half : 8 * half + 8]
+            first = 6 + len(w) + len(lut)
+            o = {6 + i: v for i, v in enumerate(w)}
+            o |= {6 + len(w) + i: v for i, v in enumerate(lut)}
+            o |= {first + i: v for i, v in enumerate(qp)}
+            o |= {first + 8 + i: outs[lane][i] for i in range(6)}
+            ops.append(o)
+        outs = run_warp(text, ops)
+    for lane, out in enumerate(outs):
+        g, c = divmod(lane, 4)
+        for j in range(2):
+            s[g, 2 * c + j], s[g + 8, 2 * c + j] = out[j], out[2 + j]
+        sq[g] += out[4]
+        sq[g + 8] += out[5]
+    return s, sq
+
+
+def _queries(gen: np.random.Generator) -> np.ndarray:
+    return gen.standard_normal((8, 128)).astype(np.float16)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_3_bit_key_scores_and_norms(seed):
+    gen = np.random.default_rng(seed)
+    cent = codebook(tq_core.get_preset("turboquant_k3v4_nc"), 128, torch.device("cpu"))[2]
+    lut = [v & MASK for v in lut_words(cent).tolist()]
+    codes = gen.integers(0, 8, (16, 128))
+    codes[3] = 7  # a row of one code, and the codebook's extremes
+    codes[5, :64] = 0
+    q16 = _queries(gen)
+
+    def chunk_words(token: int, c: int) -> list[int]:
+        stream = sum(int(codes[token, 32 * c + i]) << (3 * i) for i in range(32))
+        return [(stream >> (32 * k)) & MASK for k in range(3)]
+
+    def lane_words(g: int, c: int) -> list[int]:
+        return chunk_words(g, c) + chunk_words(g + 8, c)
+
+    halves = [(ptx.qk3_ptx(0), lambda w: w), (ptx.qk3_ptx(1), lambda w: w)]
+    s, sq = _scores(halves, lane_words, lut, q16)
+    k = cent.float().numpy()[codes].astype(np.float64)
+    want = k @ q16.astype(np.float64).T
+    np.testing.assert_allclose(s, want, rtol=1e-6, atol=1e-6)
+    # the norms: fp16 squares summed in pairs, as key_lut's lookup sums them
+    np.testing.assert_allclose(sq, (k**2).sum(axis=1), rtol=2e-3)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_4_bit_key_scores_and_norms(seed):
+    gen = np.random.default_rng(seed)
+    cent = codebook(tq_core.get_preset("turboquant_4bit_nc"), 128, torch.device("cpu"))[2]
+    lut = [v & MASK for v in lut_words(cent).tolist()]
+    codes = gen.integers(0, 16, (16, 128))
+    codes[2] = np.arange(128) % 16
+    q16 = _queries(gen)
+
+    def chunk_words(token: int, c: int) -> list[int]:
+        return [sum(int(codes[token, 32 * c + 8 * w + i]) << (4 * i) for i in range(8)) for w in range(4)]
+
+    def lane_words(g: int, c: int) -> list[int]:
+        return chunk_words(g, c) + chunk_words(g + 8, c)
+
+    # each half takes words 2 h, 2 h + 1 of both key rows
+    halves = [(ptx.qk4_ptx(), lambda w: [w[0], w[1], w[4], w[5]]), (ptx.qk4_ptx(), lambda w: [w[2], w[3], w[6], w[7]])]
+    s, sq = _scores(halves, lane_words, lut, q16)
+    k = cent.float().numpy()[codes].astype(np.float64)
+    np.testing.assert_allclose(s, k @ q16.astype(np.float64).T, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(sq, (k**2).sum(axis=1), rtol=2e-3)
+
+
+def test_fp8_key_scores():
+    gen = np.random.default_rng(3)
+    keys = torch.from_numpy(gen.standard_normal((16, 128)).astype(np.float32)).to(torch.float8_e4m3fn)
+    raw = keys.view(torch.uint8).numpy().astype(np.int64)
+    q16 = _queries(gen)
+
+    def chunk_words(token: int, c: int) -> list[int]:
+        b = raw[token, 32 * c : 32 * c + 32]
+        return [int(b[4 * w] | b[4 * w + 1] << 8 | b[4 * w + 2] << 16 | b[4 * w + 3] << 24) for w in range(8)]
+
+    outs = [dict.fromkeys(range(4), 0.0) for _ in range(32)]
+    for half in range(2):
+        ops = []
+        for lane in range(32):
+            g, c = divmod(lane, 4)
+            wg, wk = chunk_words(g, c)[4 * half : 4 * half + 4], chunk_words(g + 8, c)[4 * half : 4 * half + 4]
+            qp = _query_pairs(q16, g, c)[8 * half : 8 * half + 8]
+            vals = [*wg, *wk, *qp, *(outs[lane][i] for i in range(4))]
+            ops.append({4 + i: v for i, v in enumerate(vals)})
+        outs = run_warp(ptx.qk8_ptx(), ops)
+    s = np.zeros((16, 8))
+    for lane, out in enumerate(outs):
+        g, c = divmod(lane, 4)
+        for j in range(2):
+            s[g, 2 * c + j], s[g + 8, 2 * c + j] = out[j], out[2 + j]
+    want = keys.to(torch.float64).numpy() @ q16.astype(np.float64).T
+    np.testing.assert_allclose(s, want, rtol=1e-6, atol=1e-6)
+
+
+def test_transposed_probabilities_times_4_bit_values():
+    # the probabilities of a 16-token row tile in the score's C layout, transposed into the
+    # value product's B registers (PAIR_TRANSPOSED_PTX), then O^T = V^T P^T for every row tile
+    # u: row g of tile u is head_dim 16 g + 2 u, row g + 8 is 16 g + 2 u + 1
+    gen = np.random.default_rng(5)
+    p = gen.random((16, 8)).astype(np.float32)
+    codes = gen.integers(0, 16, (16, 128))
+    codes[0] = 15
+    codes[9] = 0
+
+    def word(token: int, w: int) -> int:
+        return sum(int(codes[token, 8 * w + i]) << (4 * i) for i in range(8))
+
+    b_regs = []
+    for h in range(2):  # key rows g (tokens 0-7) and g + 8 (8-15)
+        ops = []
+        for lane in range(32):
+            g, c = divmod(lane, 4)
+            ops.append({1: float(p[g + 8 * h, 2 * c]), 2: float(p[g + 8 * h, 2 * c + 1])})
+        b_regs.append([out[0] for out in run_warp(ptx.PAIR_TRANSPOSED_PTX, ops)])
+    got = np.zeros((128, 8))
+    for u in range(8):
+        sel = (u % 4) | ((u % 4 + 4) << 8)
+        ops = []
+        for lane in range(32):
+            g, c = divmod(lane, 4)
+            w = 2 * g + u // 4
+            toks = (2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9)
+            vals = [word(t, w) for t in toks] + [sel, b_regs[0][lane], b_regs[1][lane], 0.0, 0.0, 0.0, 0.0]
+            ops.append({4 + i: v for i, v in enumerate(vals)})
+        for lane, out in enumerate(run_warp(ptx.pv4_ptx(), ops)):
+            g, c = divmod(lane, 4)
+            for j in range(2):
+                got[16 * g + 2 * u, 2 * c + j] = out[j]
+                got[16 * g + 2 * u + 1, 2 * c + j] = out[2 + j]
+    want = (codes - 8).T.astype(np.float64) @ p.astype(np.float16).astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
