@@ -228,6 +228,9 @@ def test_sweep_grid_varies_waves_only_where_they_choose_the_splits():
     skips = attention_grid([32], [1], [(1, 1)], [32], [0], [16], split_budget=[4], skip_empty=[0, 1])
     assert [(c.split_budget, c.skip_empty) for c in skips] == [(4, 0), (4, 1)]
     assert {c.skip_empty for c in grid} == {tuning.AttentionConfig.skip_empty}
+    rows = attention_grid([32], [1], [(1, 1)], [32], [0], [16], gluon=[1], token_rows=[0, 1])
+    assert [(c.gluon, c.token_rows) for c in rows] == [(1, 0), (1, 1)]
+    assert {c.token_rows for c in grid} == {tuning.AttentionConfig.token_rows}
 
 
 @pytest.mark.parametrize(
@@ -287,6 +290,7 @@ def test_sweep_entry_reads_back_as_the_measured_config(kv_splits):
         wgmma=1,
         split_budget=4,
         skip_empty=1,
+        token_rows=1,
     )
     entry = table_entry(cfg, 1.234567891)
     assert entry["ms"] == 1.23457

@@ -2,9 +2,11 @@
 the tuning table and the device's facts, before anything is launched.
 
 :func:`plan_attention` answers every question of a launch in one place: the tuned parameters
-(``tuning``), the tile's query rows, the kv splits, which kernel runs (the Gluon kernel where
-``AttentionConfig.gluon`` asks for it and :func:`gluon_refusal` has no objection, else the
-portable one: one visible rule, logged once per reason under ``TQ_DEBUG``), its
+(``tuning``), the tile's query rows, the kv splits, which kernel runs (the token-rows kernel
+where ``AttentionConfig.gluon`` and ``token_rows`` ask for it and :func:`token_rows_refusal`
+and :func:`gluon_refusal` have no objection; else the Gluon kernel where ``gluon`` asks for it
+and :func:`gluon_refusal` has none; else the portable one: one visible rule, logged once per
+reason under ``TQ_DEBUG``), its
 instruction set, the key decode, and the compile-time arguments. ``launch`` then only
 allocates and launches.
 """

@@ -57,6 +57,7 @@ KNOB_OPTIONS = (
     ("--wgmma", "wgmma", (0, 1), "with --gluon 1: Hopper's warpgroup products for 64-row tiles on sm_90"),
     ("--split-budget", "split_budget", None, "N > 0: kv splits sized from the batch's lengths for N programs per SM"),
     ("--skip-empty", "skip_empty", (0, 1), "1: a kv split with no position for its rows writes only -inf"),
+    ("--token-rows", "token_rows", (0, 1), "with --gluon 1: the token-rows kernel where it applies"),
 )
 KNOBS = tuple(field for _, field, _, _ in KNOB_OPTIONS)
 
