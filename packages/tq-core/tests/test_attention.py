@@ -10,6 +10,7 @@ from tqc_helpers import PRESET_NAMES, randn
 
 import tq_core
 from tq_core import decode_kv, encode_kv, get_preset
+from tq_core.attention import ROW_BY_ROW
 from tq_core.testing import block_tables, dense_attention
 
 
@@ -125,3 +126,29 @@ def test_causality_future_tokens_do_not_matter(gen):
         outs.append(tq_core.attention(q, cache, *args))
     assert torch.equal(outs[0][:-1], outs[1][:-1])
     assert not torch.equal(outs[0][-1], outs[1][-1])
+
+
+@pytest.mark.parametrize("name", ["turboquant_k8v4", "turboquant_k3v4_nc", "turboquant_3bit_nc"])
+@pytest.mark.parametrize("q_len", [2, 5, 16, 17])
+def test_verified_rows_equal_decode_steps_bit_for_bit(gen, name, q_len):
+    """A request of up to ROW_BY_ROW query tokens (speculative verification) gives each row
+    exactly what a decode step at its position gives (same products, same shapes), on any
+    host; a prompt chunk (17 rows) takes one product over its rows and is only close."""
+    seq_len, d, hk, group = 300, 64, 3, 3
+    nb, table, slots = block_tables(gen, [seq_len], 16)
+    k, v = randn(gen, seq_len, hk, d), randn(gen, seq_len, hk, d)
+    cache = torch.zeros(nb, 16, hk, get_preset(name).layout(d).slot_size_aligned, dtype=torch.uint8)
+    tq_core.store(k, v, cache, slots, name)
+    q = randn(gen, q_len, hk * group, d, dtype=torch.bfloat16)
+    one = torch.tensor([0, 1], dtype=torch.int32)
+    verify = tq_core.attention(q, cache, table, torch.tensor([seq_len], dtype=torch.int32),
+                               torch.tensor([0, q_len], dtype=torch.int32), name, 0.125)  # fmt: skip
+    steps = torch.cat([
+        tq_core.attention(q[i : i + 1], cache, table, torch.tensor([seq_len - q_len + i + 1], dtype=torch.int32),
+                          one, name, 0.125)
+        for i in range(q_len)
+    ])  # fmt: skip
+    if q_len <= ROW_BY_ROW:
+        assert torch.equal(verify, steps)
+    else:
+        torch.testing.assert_close(verify.float(), steps.float(), rtol=0, atol=2**-7)

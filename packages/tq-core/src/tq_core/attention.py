@@ -3,6 +3,14 @@
 Readable rather than fast: per request it decodes the cached keys and values to float32
 (exactly the K and V that :func:`tq_core.decode_kv` returns) and runs causal softmax
 attention in float32. It is the oracle for every fast implementation and the CPU path.
+
+A request of at most :data:`ROW_BY_ROW` query tokens (decode, speculative verification) is
+computed one query row at a time, each row over exactly the positions it sees: the row's
+float32 products then have the same shapes as a decode step at that position, so a verified
+token's output equals, bit for bit, what decoding it would have given. One product over all
+rows rounds differently on hosts whose matrix products depend on the row count (seen on a
+CPU with AMX: up to one bf16 step in the output), which vLLM's bf16 model then carries on.
+Longer requests (prompt chunks) take one product over their rows.
 """
 
 from __future__ import annotations
@@ -13,6 +21,9 @@ from .calibration import LayerCalibration
 from .checks import check_attention_args
 from .paged import gather_kv
 from .presets import Preset
+
+# the longest q_len computed one row at a time (tq-triton plans tiles for q_len up to 16)
+ROW_BY_ROW = 16
 
 
 def attention(
@@ -55,6 +66,14 @@ def attention(
         # scaled before the product sums it (docs/overview.md, "Non-finite inputs"): a finite
         # query whose scores fit float32 cannot overflow on the way to them
         q = query[q0:q1].float().transpose(0, 1) * scale  # [Hq, q_len, d]
+        if q_len <= ROW_BY_ROW:
+            for i in range(q_len):
+                # row i sees positions 0 .. seq_len - q_len + i, as a decode step there does
+                seen = max(seq_len - q_len + i + 1, 0)
+                s = torch.matmul(q[:, i : i + 1], k[:, :seen].transpose(1, 2))  # [Hq, 1, seen]
+                o = torch.matmul(torch.softmax(s, dim=-1), v[:, :seen])  # [Hq, 1, d]
+                out[q0 + i] = o[:, 0].to(out.dtype)
+            continue
         s = torch.matmul(q, k.transpose(1, 2))  # [Hq, q_len, L]
         qpos = seq_len - q_len + torch.arange(q_len, device=query.device)
         s = s.masked_fill(pos[None, :] > qpos[:, None], float("-inf"))
