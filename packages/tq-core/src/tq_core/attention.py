@@ -58,7 +58,6 @@ def attention(
         q_len = q1 - q0
         if q_len == 0:
             continue
-        pos = torch.arange(seq_len, device=query.device)
         k, v = gather_kv(kv_cache, block_table[r], seq_len, args.preset, args.head_dim, calibration=calibration)
         # [L, Hk, d] -> [Hq, L, d]: q head j reads kv head j // group
         k = k.repeat_interleave(group, dim=1).transpose(0, 1)
@@ -69,12 +68,14 @@ def attention(
         if q_len <= ROW_BY_ROW:
             for i in range(q_len):
                 # row i sees positions 0 .. seq_len - q_len + i, as a decode step there does
-                seen = max(seq_len - q_len + i + 1, 0)
+                # (check_attention_args: q_len <= seq_len)
+                seen = seq_len - q_len + i + 1
                 s = torch.matmul(q[:, i : i + 1], k[:, :seen].transpose(1, 2))  # [Hq, 1, seen]
                 o = torch.matmul(torch.softmax(s, dim=-1), v[:, :seen])  # [Hq, 1, d]
                 out[q0 + i] = o[:, 0].to(out.dtype)
             continue
         s = torch.matmul(q, k.transpose(1, 2))  # [Hq, q_len, L]
+        pos = torch.arange(seq_len, device=query.device)
         qpos = seq_len - q_len + torch.arange(q_len, device=query.device)
         s = s.masked_fill(pos[None, :] > qpos[:, None], float("-inf"))
         o = torch.matmul(torch.softmax(s, dim=-1), v)  # [Hq, q_len, d]

@@ -259,7 +259,20 @@ def _butterflies(x, T: gl.constexpr, D: gl.constexpr, FIRST: gl.constexpr, LAST:
 
 
 @gluon.jit
-def _load_blocks(start, where, BL: gl.constexpr, NB: gl.constexpr, TPB: gl.constexpr, BLOCK_SIZE: gl.constexpr):
+def register_table(Table):
+    """``key_lut.lut_words``' four table words at ``Table``, as uint32 (read once, before the
+    loops)."""
+    words = Table.to(gl.pointer_type(gl.int32))
+    return (
+        gl.load(words).to(gl.uint32, bitcast=True),
+        gl.load(words + 1).to(gl.uint32, bitcast=True),
+        gl.load(words + 2).to(gl.uint32, bitcast=True),
+        gl.load(words + 3).to(gl.uint32, bitcast=True),
+    )
+
+
+@gluon.jit
+def load_blocks(start, where, BL: gl.constexpr, NB: gl.constexpr, TPB: gl.constexpr, BLOCK_SIZE: gl.constexpr):
     """The block id of each of the tile's ``NB`` groups at ``start`` ``[NB]`` (0 from ``hi``
     on), clamped to ``last_block``: a block id outside ``[0, num_blocks)`` is read as the
     last block. ``where``: as :func:`_load_tile`'s."""
@@ -295,7 +308,7 @@ def _load_tile(
     VBITS: gl.constexpr,
     CALIBRATED: gl.constexpr,
 ):
-    """Issue the loads of the tile at ``start`` in blocks ``blk`` (:func:`_load_blocks`;
+    """Issue the loads of the tile at ``start`` in blocks ``blk`` (:func:`load_blocks`;
     nothing from ``hi`` on): key words ``[NB, TPB, W]`` (fp8: ``W = D // 4``, four bytes
     per word; 3-bit codes: the three words ``k0, k1, k2`` of each 32-code chunk,
     ``W = D // 32``; 4-bit codes: ``W = D // 8``, eight codes per word, in ``k0``; where a
@@ -557,13 +570,7 @@ def gluon_attention_kernel(
         # the value scales in float32, as the portable kernel reads them; no zero points
         sc_s = gl.allocate_shared_memory(gl.float32, [BLOCK_KV], SMEM1)
         zr_s = sc_s
-        vlut_words = VCentroids.to(gl.pointer_type(gl.int32))
-        vlut = (
-            gl.load(vlut_words).to(gl.uint32, bitcast=True),
-            gl.load(vlut_words + 1).to(gl.uint32, bitcast=True),
-            gl.load(vlut_words + 2).to(gl.uint32, bitcast=True),
-            gl.load(vlut_words + 3).to(gl.uint32, bitcast=True),
-        )
+        vlut = register_table(VCentroids)
     else:
         sc_s = gl.allocate_shared_memory(gl.float16, [BLOCK_KV], SMEM1)
         zr_s = gl.allocate_shared_memory(gl.float16, [BLOCK_KV], SMEM1)
@@ -573,13 +580,7 @@ def gluon_attention_kernel(
         lut = (0, 0, 0, 0)
     else:
         kn_s = gl.allocate_shared_memory(gl.float32, [BLOCK_KV], SMEM1)
-        lut_words = Centroids.to(gl.pointer_type(gl.int32))
-        lut = (
-            gl.load(lut_words).to(gl.uint32, bitcast=True),
-            gl.load(lut_words + 1).to(gl.uint32, bitcast=True),
-            gl.load(lut_words + 2).to(gl.uint32, bitcast=True),
-            gl.load(lut_words + 3).to(gl.uint32, bitcast=True),
-        )
+        lut = register_table(Centroids)
 
     # loop-invariant offsets of each element inside its group
     tk = gl.arange(0, TPB, layout=gl.SliceLayout(0, S2))
@@ -675,7 +676,7 @@ def gluon_attention_kernel(
             where = (bt_row, stride_bc, head_base, stride_blk, hi, last_block)
             tile = _load_tile(
                 kv_lo,
-                _load_blocks(kv_lo, where, BL, NB, TPB, BLOCK_SIZE),
+                load_blocks(kv_lo, where, BL, NB, TPB, BLOCK_SIZE),
                 where,
                 offsets,
                 BL,
@@ -696,7 +697,7 @@ def gluon_attention_kernel(
                 CALIBRATED,
             )
             # the block ids of the tile after the one in flight
-            blk = _load_blocks(kv_lo + BLOCK_KV, where, BL, NB, TPB, BLOCK_SIZE)
+            blk = load_blocks(kv_lo + BLOCK_KV, where, BL, NB, TPB, BLOCK_SIZE)
             for start in range(kv_lo, hi, BLOCK_KV):
                 current = tile
                 # each tile's loads are issued one iteration before it is read, its block ids
@@ -723,7 +724,7 @@ def gluon_attention_kernel(
                     VBITS,
                     CALIBRATED,
                 )
-                blk = _load_blocks(start + 2 * BLOCK_KV, where, BL, NB, TPB, BLOCK_SIZE)
+                blk = load_blocks(start + 2 * BLOCK_KV, where, BL, NB, TPB, BLOCK_SIZE)
                 _barrier()  # every warp has read the previous tile
                 _decode_into(
                     current, bufs, lut, vlut, BLOCK_KV, D, S2, KEY_FP8, KBITS, VBITS, NORM_CORRECTION, CALIBRATED

@@ -23,8 +23,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from . import token_rows_ptx as ptx
-from .bounds import balanced_chunk_fn, request_bounds_fn
-from .gluon_kernel import _balanced_chunk, _butterflies
+from .bounds import request_bounds_fn
+from .gluon_kernel import _balanced_chunk, _butterflies, load_blocks, register_table
 from .online_softmax import nonfinite_rows_fn, output_factors_fn, row_lse_fn, saturate_fn
 
 _request_bounds = gluon.jit(request_bounds_fn)
@@ -32,7 +32,6 @@ _output_factors = gluon.jit(output_factors_fn)
 _row_lse = gluon.jit(row_lse_fn)
 _nonfinite_rows = gluon.jit(nonfinite_rows_fn)
 _saturate = gluon.jit(saturate_fn)
-_ = balanced_chunk_fn  # _balanced_chunk (gluon_kernel) compiles it
 
 # the PTX as constexprs (a jit function reads no other globals)
 _QK3_LO = gl.constexpr(ptx.qk3_ptx(0))
@@ -166,17 +165,15 @@ def _load_tile(
     eight or four words, ``[8, 4, MT, 8 or 4]``, in the first slot), their norms, value scales and zero points
     ``[8, 1, MT]``, and the value words ``2 g, 2 g + 1`` of tokens ``2 c, 2 c + 1, 2 c + 8,
     2 c + 9`` ``[8, 4, MT]``. Nothing is read from ``hi`` on; a block id outside
-    ``[0, num_blocks)`` is read as the last block (``gluon_kernel._load_blocks``)."""
-    bt_row, stride_bc, head_base, stride_blk, hi, last_block = where
+    ``[0, num_blocks)`` is read as the last block (``gluon_kernel.load_blocks``)."""
+    _, _, head_base, stride_blk, hi, _ = where
+    TL: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(1, LT))
     gi = gl.arange(0, 8, layout=gl.SliceLayout(1, gl.SliceLayout(2, LT)))[:, None, None]
     ci = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LT)))[None, :, None]
-    ti = gl.arange(0, MT, layout=gl.SliceLayout(0, gl.SliceLayout(1, LT)))[None, None, :]
+    ti = gl.arange(0, MT, layout=TL)[None, None, :]
     mpos = start + ti * 16  # [1, 1, MT]: each row tile's first position
-    blk = gl.load(bt_row + (mpos // BLOCK_SIZE) * stride_bc, mask=mpos < hi, other=0)
-    if blk.dtype == gl.int32:
-        blk = gl.minimum(blk.to(gl.uint32, bitcast=True), last_block.to(gl.uint32))
-    else:
-        blk = gl.minimum(blk.to(gl.int64).to(gl.uint64, bitcast=True), last_block.to(gl.uint64))
+    # one block id per 16-token row tile (it lies in one block)
+    blk = load_blocks(start, where, TL, MT, 16, BLOCK_SIZE)[None, None, :]
     base = head_base + blk.to(gl.int64) * stride_blk
     first = mpos % BLOCK_SIZE
     left = hi - mpos  # positions of the row tile still before hi
@@ -342,8 +339,8 @@ def token_rows_attention_kernel(
     LT: gl.constexpr = gl.BlockedLayout([1, 1, MT], [8, 4, 1], [1, 1, 1], [2, 1, 0])
     LT4: gl.constexpr = gl.BlockedLayout([1, 1, MT, 8 if KEY_FP8 else 4], [8, 4, 1, 1], [1, 1, 1, 1], [3, 2, 1, 0])
     LU: gl.constexpr = gl.BlockedLayout([1, 1, 8], [8, 4, 1], [1, 1, 1], [2, 1, 0])
-    LQ: gl.constexpr = gl.BlockedLayout([1, 1, 16], [8, 4, 1], [1, 1, 1], [2, 1, 0])
-    LO: gl.constexpr = gl.BlockedLayout([1, 1, 16], [8, 4, 1], [1, 1, 1], [2, 1, 0])
+    # [8, 4, 16]: the query's 16 fp16 pairs of a chunk, and a column's 16 output positions
+    L16: gl.constexpr = gl.BlockedLayout([1, 1, 16], [8, 4, 1], [1, 1, 1], [2, 1, 0])
     L2: gl.constexpr = gl.SliceLayout(2, LT)
     # the query's Hadamard transform (gluon_kernel's layouts, one warp)
     QH: gl.constexpr = gl.BlockedLayout([1, D // 2], [16, 2], [1, 1], [1, 0])
@@ -365,13 +362,7 @@ def token_rows_attention_kernel(
     if KEY_FP8:
         lut = (0, 0, 0, 0)
     else:
-        lut_words = Centroids.to(gl.pointer_type(gl.int32))
-        lut = (
-            gl.load(lut_words).to(gl.uint32, bitcast=True),
-            gl.load(lut_words + 1).to(gl.uint32, bitcast=True),
-            gl.load(lut_words + 2).to(gl.uint32, bitcast=True),
-            gl.load(lut_words + 3).to(gl.uint32, bitcast=True),
-        )
+        lut = register_table(Centroids)
 
     # per thread: query columns 2 c + j (j = 0, 1)
     gi2 = gl.arange(0, 8, layout=gl.SliceLayout(1, L2))[:, None]
@@ -383,8 +374,8 @@ def token_rows_attention_kernel(
     lo_u = uu < 4
     sel_u = ((uu % 4) | (((uu % 4) + 4) << 8)).to(gl.uint32)
     # the output's head_dim positions of a thread: 16 g .. 16 g + 15 (element 2 u + high nibble)
-    go = gl.arange(0, 8, layout=gl.SliceLayout(1, gl.SliceLayout(2, LO)))[:, None, None]
-    eo = gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, LO)))[None, None, :]
+    go = gl.arange(0, 8, layout=gl.SliceLayout(1, gl.SliceLayout(2, L16)))[:, None, None]
+    eo = gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, L16)))[None, None, :]
     dpos = go * 16 + eo
 
     for qc in range(0, q_len, BLOCK_Q):
@@ -434,7 +425,7 @@ def token_rows_attention_kernel(
             q16 = q.to(gl.float16, fp_downcast_rounding="rtz")
             qlo, qhi = gl.split(gl.reshape(q16, [8, 4, 16, 2]))
             qw = qlo.to(gl.uint16, bitcast=True).to(gl.uint32) | (qhi.to(gl.uint16, bitcast=True).to(gl.uint32) << 16)
-            qw = gl.convert_layout(qw, LQ)
+            qw = gl.convert_layout(qw, L16)
             qa, qb = _split2(qw)  # even / odd pairs: [8, 4, 8] each
             q0, q2, q4, q6, q8, q10, q12, q14 = _unstack8(qa, L2)
             q1, q3, q5, q7, q9, q11, q13, q15 = _unstack8(qb, L2)
@@ -731,10 +722,10 @@ def token_rows_attention_kernel(
             # column j's 16 head_dim positions: element 2 u + (row g + 8)
             o_0 = gl.reshape(gl.join(acc[0], acc[2]), [8, 4, 16])
             o_1 = gl.reshape(gl.join(acc[1], acc[3]), [8, 4, 16])
-            o_0 = gl.convert_layout(o_0, LO) * gl.convert_layout(fa_0, gl.SliceLayout(2, LO))[:, :, None]
-            o_0 = o_0 + gl.convert_layout(fb_0, gl.SliceLayout(2, LO))[:, :, None]
-            o_1 = gl.convert_layout(o_1, LO) * gl.convert_layout(fa_1, gl.SliceLayout(2, LO))[:, :, None]
-            o_1 = o_1 + gl.convert_layout(fb_1, gl.SliceLayout(2, LO))[:, :, None]
+            o_0 = gl.convert_layout(o_0, L16) * gl.convert_layout(fa_0, gl.SliceLayout(2, L16))[:, :, None]
+            o_0 = o_0 + gl.convert_layout(fb_0, gl.SliceLayout(2, L16))[:, :, None]
+            o_1 = gl.convert_layout(o_1, L16) * gl.convert_layout(fa_1, gl.SliceLayout(2, L16))[:, :, None]
+            o_1 = o_1 + gl.convert_layout(fb_1, gl.SliceLayout(2, L16))[:, :, None]
             for jj in gl.static_range(2):
                 o_j = o_1 if jj == 1 else o_0
                 tok_j = tok1 if jj == 1 else tok0
@@ -742,9 +733,9 @@ def token_rows_attention_kernel(
                 n_j = n1 if jj == 1 else n0
                 q_row = (q_start + tok_j).to(gl.int64)
                 head = h * G + n_j % G_PAD
-                q_row_o = gl.convert_layout(q_row, gl.SliceLayout(2, LO))[:, :, None]
-                head_o = gl.convert_layout(head, gl.SliceLayout(2, LO))[:, :, None]
-                ok_o = gl.convert_layout(ok_j, gl.SliceLayout(2, LO))[:, :, None]
+                q_row_o = gl.convert_layout(q_row, gl.SliceLayout(2, L16))[:, :, None]
+                head_o = gl.convert_layout(head, gl.SliceLayout(2, L16))[:, :, None]
+                ok_o = gl.convert_layout(ok_j, gl.SliceLayout(2, L16))[:, :, None]
                 if NUM_SPLITS == 1:
                     gl.store(
                         Out + q_row_o * stride_ot + head_o * stride_oh + dpos,

@@ -52,6 +52,18 @@ def _group_bits(group: int, words: tuple[str, str, str]) -> str:
     }[group]
 
 
+def _squares(a: str, b: str, sq: str) -> str:
+    """The squares of the four fp16 centroids in pairs ``a``, ``b`` added to float32 ``sq``:
+    two terms per fp16 half, each half then converted, as ``key_lut``'s lookup sums them."""
+    return f"""mul.rn.f16x2 q, {a}, {a};
+fma.rn.f16x2 q, {b}, {b}, q;
+mov.b32 {{q0, q1}}, q;
+cvt.f32.f16 f0, q0;
+cvt.f32.f16 f1, q1;
+add.f32 f0, f0, f1;
+add.f32 {sq}, {sq}, f0;"""
+
+
 def _lookup3(group: int, words: tuple[str, str, str], a: str, b: str, sq: str) -> str:
     """The four centroids of group ``group`` as fp16 pairs ``a`` (codes 0, 1) and ``b`` (2, 3),
     and their squares added to ``sq`` (float32; two terms per fp16 half, as ``key_lut``'s
@@ -68,13 +80,7 @@ prmt.b32 l, $LA, $LB, t;
 prmt.b32 h, $HA, $HB, t;
 prmt.b32 {a}, l, h, 0x5140;
 prmt.b32 {b}, l, h, 0x7362;
-mul.rn.f16x2 q, {a}, {a};
-fma.rn.f16x2 q, {b}, {b}, q;
-mov.b32 {{q0, q1}}, q;
-cvt.f32.f16 f0, q0;
-cvt.f32.f16 f1, q1;
-add.f32 f0, f0, f1;
-add.f32 {sq}, {sq}, f0;"""
+{_squares(a, b, sq)}"""
 
 
 def _numbered(text: str, names: dict[str, int]) -> str:
@@ -150,13 +156,7 @@ prmt.b32 t, x, y, {sel_b:#x};
 not.b32 t, t;
 and.b32 t, t, 0x80008000;
 xor.b32 {b}, {b}, t;
-mul.rn.f16x2 q, {a}, {a};
-fma.rn.f16x2 q, {b}, {b}, q;
-mov.b32 {{q0, q1}}, q;
-cvt.f32.f16 f0, q0;
-cvt.f32.f16 f1, q1;
-add.f32 f0, f0, f1;
-add.f32 {sq}, {sq}, f0;"""
+{_squares(a, b, sq)}"""
 
 
 def _magnitudes(word: str, out: str) -> str:
