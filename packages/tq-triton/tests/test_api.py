@@ -469,10 +469,10 @@ def test_shipped_h200_decode_at_head_dim_64(preset, block_kv, num_warps, monkeyp
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("q_len", [1, 2, 4])
 def test_shipped_h200_token_rows_kernel_at_head_dim_128(preset, head_dim, q_len, monkeypatch, user_tables):
-    # runs/2026-12-04-token-rows: k8v4, k3v4_nc and 4bit_nc decode and verify 1 draft token
-    # at head_dim 128 on the token-rows kernel (4 q heads per kv head: 4 or 8 of its 8
-    # columns); q_len 4 does not fit; head_dim 64 keeps its Gluon entries, 256 its kernels
-    # (k8v4: the portable one)
+    # runs/2026-12-04-token-rows and runs/2026-12-04-column-tiles: k8v4, k3v4_nc and 4bit_nc
+    # decode and verify 1-3 draft tokens at head_dim 128 on the token-rows kernel (4 q heads
+    # per kv head: 4 or 8 of one column tile's 8 columns, 16 of two tiles' at q_len 4);
+    # head_dim 64 keeps its Gluon entries, 256 its kernels (k8v4: the portable one)
     from tq_triton.attention import plan
     from tq_triton.device import DeviceFacts
 
@@ -481,10 +481,10 @@ def test_shipped_h200_token_rows_kernel_at_head_dim_128(preset, head_dim, q_len,
     p = tq_core.get_preset(preset)
     fields = p.kernel_fields(p.block_layout(head_dim, 16, 8)).constexprs()
     lp = plan.plan_attention(facts, p, fields, 32, 8, 32, q_len, 16)
-    wanted = head_dim == 128 and q_len < 4 and preset in plan.TOKEN_ROWS_PRESETS and plan.gluon_available()
+    wanted = head_dim == 128 and preset in plan.TOKEN_ROWS_PRESETS and plan.gluon_available()
     assert lp.token_rows == wanted
     if wanted:
-        assert lp.block_q * 4 == 8 and lp.splits > 1
+        assert lp.block_q * 4 == (16 if q_len == 4 else 8) and lp.splits > 1
     if preset == "turboquant_k8v4" and head_dim == 256 and q_len == 1:
         assert not lp.gluon
 

@@ -21,6 +21,7 @@ from tq_triton.attention import launch
 
 PRESET = "turboquant_k3v4_nc"
 D = 64
+GROUP = 2
 BS = 16
 # request 0 is a decode over two full blocks (its third block-table entry is garbage), so that
 # a clamped or masked view of it is again a plain decode tq_core can compute
@@ -32,7 +33,7 @@ ROWS = [(0, 1), (1, 4), (4, 6)]
 def batch(gen, device):
     """The batch, with every slot no request uses filled too: a bad block id is read as the
     last block, which then holds finite data whatever the block table."""
-    b = make_batch(gen, PRESET, SEQ_LENS, Q_LENS, head_dim=D, num_kv_heads=1, group=2, block_size=BS, device=device)
+    b = make_batch(gen, PRESET, SEQ_LENS, Q_LENS, head_dim=D, num_kv_heads=1, group=GROUP, block_size=BS, device=device)
     return fill_free_slots(b, gen)
 
 

@@ -32,16 +32,20 @@ PRESETS = list(plan.TOKEN_ROWS_PRESETS)
 needs_gpu = pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run only on an NVIDIA GPU")
 needs_gluon = pytest.mark.skipif(not plan.gluon_available(), reason="this Triton has no Gluon")
 
-# (preset, group, block_kv, splits[, balance]): each key kind, tile size and split kind
+# (preset, group, block_kv, splits[, balance[, columns]]): each key kind, tile size, split kind
+# and column count
 COMPILED = [
     ("turboquant_k3v4_nc", 4, 32, 16),
     ("turboquant_k3v4_nc", 3, 16, 1),
     ("turboquant_k3v4_nc", 8, 64, 16, 1),
+    ("turboquant_k3v4_nc", 4, 32, 16, 0, 16),
     ("turboquant_k8v4", 4, 32, 16),
     ("turboquant_k8v4", 1, 64, 1),
     ("turboquant_k8v4", 2, 16, 16, 1),
+    ("turboquant_k8v4", 16, 16, 1, 1, 16),
     ("turboquant_4bit_nc", 4, 32, 16),
     ("turboquant_4bit_nc", 8, 64, 1, 1),
+    ("turboquant_4bit_nc", 4, 64, 16, 0, 16),
 ]
 
 
@@ -56,10 +60,11 @@ def test_compiles_for_sm90():
     assert len(checks) == len(COMPILED)
     for config, found in zip(COMPILED, checks, strict=True):
         tiles = config[2] // 16
-        # per row tile: 8 score steps and 8 value row tiles; per tile two transposes, and one
-        # for the query's flags
-        assert found["mma"] == 16 * tiles, config
-        assert found["movmatrix"] == 2 * tiles + 1, config
+        nct = (config[5] if len(config) > 5 else 8) // 8
+        # per row tile and column tile: 8 score steps and 8 value row tiles; per tile and column
+        # tile two transposes, and one per column tile for the query's flags
+        assert found["mma"] == 16 * tiles * nct, config
+        assert found["movmatrix"] == (2 * tiles + 1) * nct, config
         assert found["tile_loop_lines"] > 0, config
         assert found["shared_in_tile_loop"] == 0 and found["barriers_in_tile_loop"] == 0, config
         assert found["global_loads"] and found["global_stores"], config
@@ -75,20 +80,34 @@ def _plan(preset="turboquant_k3v4_nc", group=4, head_dim=128, block_kv=32, block
 @needs_gluon
 def test_the_plan_picks_it_only_where_it_applies():
     for preset in PRESETS:
-        for group, longest in ((4, 1), (4, 2), (3, 1), (8, 1), (1, 8), (2, 4)):
+        for group, longest, columns in (
+            (4, 1, 8),
+            (4, 2, 8),
+            (3, 1, 8),
+            (8, 1, 8),
+            (1, 8, 8),
+            (2, 4, 8),
+            (4, 3, 16),
+            (4, 4, 16),
+            (8, 2, 16),
+            (16, 1, 16),
+            (1, 16, 16),
+            (3, 4, 16),
+        ):
             lp = _plan(preset=preset, group=group, longest=longest)
             g_pad = plan.next_pow2(group)
             assert lp.token_rows and lp.gluon and not lp.wgmma, (preset, group)
-            # 8 query columns: the group's q heads, padded, times the query tokens per program
-            assert lp.block_q * g_pad == 8 and lp.constexprs["BLOCK_Q"] == lp.block_q
+            # 8 or 16 query columns: the group's q heads, padded, times the query tokens per
+            # program; 16 only where 8 do not hold the longest request
+            assert lp.block_q * g_pad == columns and lp.constexprs["BLOCK_Q"] == lp.block_q, (group, longest)
             assert lp.key_table
     assert not _plan(token_rows=0).token_rows
     refusals = {
         "turboquant_3bit_nc: the token-rows kernel decodes": dict(preset="turboquant_3bit_nc"),
-        "q_len 4 times 4 q heads": dict(longest=4),
-        "q_len 2 times 8 q heads": dict(group=8, longest=2),
+        "q_len 8 times 4 q heads": dict(longest=8),
+        "q_len 4 times 8 q heads": dict(group=8, longest=4),
         "head_dim 64": dict(head_dim=64),
-        "16 q heads per kv head": dict(group=16),
+        "32 q heads per kv head": dict(group=32),
         "block_size 8": dict(block_size=8),
         "block_kv 128": dict(block_kv=128),
     }
@@ -134,15 +153,28 @@ def _cuda_only(device):
 @pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.parametrize(
     ("group", "q_lens"),
-    [(4, [1, 1, 1, 1]), (4, [1, 2, 5, 3]), (8, [1, 1, 3, 2]), (1, [1, 16, 3, 1]), (3, [1, 8, 2, 7]), (2, [1, 4, 4, 2])],
+    [
+        (4, [1, 1, 1, 1]),
+        (4, [1, 2, 5, 3]),
+        (8, [1, 1, 3, 2]),
+        (1, [1, 16, 3, 1]),
+        (3, [1, 8, 2, 7]),
+        (2, [1, 4, 4, 2]),
+        (16, [1, 1, 2, 1]),
+    ],
 )
 @pytest.mark.parametrize("splits", [1, 7])
-def test_matches_reference(preset, group, q_lens, splits, gen, device, token_rows_launches):
-    """Every GQA group the kernel takes; the hint is the q_len one program's 8 columns hold,
-    so that longer requests run in several query chunks."""
+@pytest.mark.parametrize("columns", [8, 16])
+def test_matches_reference(preset, group, q_lens, splits, columns, gen, device, token_rows_launches):
+    """Every GQA group the kernel takes, with one column tile (8 columns) and with two (16);
+    the hint is the q_len one program's columns hold, so that longer requests run in several
+    query chunks."""
     _cuda_only(device)
+    hint = columns // plan.next_pow2(group)
+    if hint == 0:
+        pytest.skip(f"{group} q heads per kv head take 16 columns")
     b = make_batch(gen, preset, [1, 300, 2049, 77], q_lens, head_dim=128, num_kv_heads=2, group=group, device=device)
-    assert_close(*run_triton(b, splits=splits, max_query_len=8 // plan.next_pow2(group)))
+    assert_close(*run_triton(b, splits=splits, max_query_len=hint))
     assert token_rows_launches, "the token-rows kernel did not run"
 
 
@@ -156,11 +188,11 @@ def test_split_knobs(preset, knobs, gen, device, token_rows_launches, monkeypatc
     _cuda_only(device)
     for name, value in knobs.items():
         monkeypatch.setenv(name, value)
-    for group in (4, 8):
+    for group, columns in ((4, 8), (8, 8), (4, 16), (8, 16)):
         b = make_batch(
             gen, preset, [1, 300, 2049, 77], [1, 2, 3, 1], head_dim=128, num_kv_heads=2, group=group, device=device
         )
-        assert_close(*run_triton(b, splits=7, max_query_len=8 // group))
+        assert_close(*run_triton(b, splits=7, max_query_len=columns // group))
     assert token_rows_launches
 
 
@@ -168,27 +200,35 @@ def test_split_knobs(preset, knobs, gen, device, token_rows_launches, monkeypatc
 @needs_gluon
 @pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.parametrize("block_size", [16, 32, 128])
-def test_long_sequences_and_block_sizes(block_size, preset, gen, device, token_rows_launches):
+@pytest.mark.parametrize("q_lens", [[1, 2], [4, 3]], ids=["8_columns", "16_columns"])
+def test_long_sequences_and_block_sizes(block_size, q_lens, preset, gen, device, token_rows_launches):
     _cuda_only(device)
     b = make_batch(
-        gen, preset, [32768, 9001], [1, 2], head_dim=128, num_kv_heads=2, group=4, block_size=block_size, device=device
+        gen, preset, [32768, 9001], q_lens, head_dim=128, num_kv_heads=2, group=4, block_size=block_size, device=device
     )
     for splits in (1, 32):
         assert_close(*run_triton(b, splits=splits))
     assert token_rows_launches
 
 
+# every split mode at 2 q heads per kv head (8 columns), two at 4 (16: two column tiles)
+METADATA_MODES = [(*mode, 2) for mode in memory_safety.SPLIT_MODES] + [(1, 0, "0", 4), (3, 8, "1", 4)]
+
+
 @needs_gpu
 @needs_gluon
 @pytest.mark.parametrize("preset", PRESETS)
-@pytest.mark.parametrize(("splits", "budget", "skip"), memory_safety.SPLIT_MODES)
+@pytest.mark.parametrize(("splits", "budget", "skip", "group"), METADATA_MODES)
 @pytest.mark.parametrize("case", list(memory_safety.CASES))
-def test_out_of_range_metadata(case, splits, budget, skip, preset, gen, device, token_rows_launches, monkeypatch):
+def test_out_of_range_metadata(
+    case, splits, budget, skip, group, preset, gen, device, token_rows_launches, monkeypatch
+):
     """test_memory_safety's metadata cases at head_dim 128 (canaries around the cache and the
-    output)."""
+    output); its longest request (4 tokens) takes 8 columns at 2 q heads per kv head, 16 at 4."""
     _cuda_only(device)
     monkeypatch.setattr(memory_safety, "PRESET", preset)
     monkeypatch.setattr(memory_safety, "D", 128)
+    monkeypatch.setattr(memory_safety, "GROUP", group)
     memory_safety.test_out_of_range_metadata(case, splits, budget, skip, gen, device, monkeypatch)
     assert token_rows_launches, "the token-rows kernel did not run"
 

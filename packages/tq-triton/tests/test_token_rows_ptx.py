@@ -147,53 +147,58 @@ def _fp16_bits(x: np.ndarray) -> list[int]:
     return [int(v) for v in x.astype(np.float16).view(np.uint16)]
 
 
-def _query_pairs(q16: np.ndarray, g: int, c: int) -> list[int]:
-    """Lane ``(g, c)``'s query B registers of the 8 score steps (pairs ``32 c + 2 e``)."""
-    bits = _fp16_bits(q16[g, 32 * c : 32 * c + 32])
+def _query_pairs(q16: np.ndarray, col: int, c: int) -> list[int]:
+    """The query B registers of column ``col`` for lane ``(col % 8, c)``, the 8 score steps
+    (pairs ``32 c + 2 e``)."""
+    bits = _fp16_bits(q16[col, 32 * c : 32 * c + 32])
     return [bits[2 * e] | (bits[2 * e + 1] << 16) for e in range(16)]
 
 
-def _scores(text_halves, lane_words, lut, q16):
-    """Both halves of a score block over the warp; returns S^T [16, 8] and the sums of squares
-    of each key row [16]."""
-    s = np.zeros((16, 8))
+def _scores(text_halves, lane_words, lut, q16, nct=1):
+    """Both halves of a score block over the warp, ``nct`` column tiles of 8 queries (``q16``
+    ``[8 nct, 128]``); returns S^T [16, 8 nct] and the sums of squares of each key row [16]."""
+    n = 4 * nct
+    s = np.zeros((16, 8 * nct))
     sq = np.zeros(16)
-    outs = [{0: 0.0, 1: 0.0, 2: 0.0, 3: 0.0, 4: 0.0, 5: 0.0} for _ in range(32)]
+    outs = [dict.fromkeys(range(n + 2), 0.0) for _ in range(32)]
     for half, (text, words_of) in enumerate(text_halves):
         ops = []
         for lane in range(32):
             g, c = divmod(lane, 4)
             w = words_of(lane_words(g, c))
-            qp = _query_pairs(q16, g, c)[8 * half : 8 * half + 8]
-            first = 6 + len(w) + len(lut)
-            o = {6 + i: v for i, v in enumerate(w)}
-            o |= {6 + len(w) + i: v for i, v in enumerate(lut)}
-            o |= {first + i: v for i, v in enumerate(qp)}
-            o |= {first + 8 + i: outs[lane][i] for i in range(6)}
+            first = n + 2 + len(w) + len(lut)
+            o = {n + 2 + i: v for i, v in enumerate(w)}
+            o |= {n + 2 + len(w) + i: v for i, v in enumerate(lut)}
+            for k in range(nct):
+                qp = _query_pairs(q16, 8 * k + g, c)[8 * half : 8 * half + 8]
+                o |= {first + 8 * k + i: v for i, v in enumerate(qp)}
+            o |= {first + 8 * nct + i: outs[lane][i] for i in range(n + 2)}
             ops.append(o)
         outs = run_warp(text, ops)
     for lane, out in enumerate(outs):
         g, c = divmod(lane, 4)
-        for j in range(2):
-            s[g, 2 * c + j], s[g + 8, 2 * c + j] = out[j], out[2 + j]
-        sq[g] += out[4]
-        sq[g + 8] += out[5]
+        for k in range(nct):
+            for j in range(2):
+                s[g, 8 * k + 2 * c + j], s[g + 8, 8 * k + 2 * c + j] = out[4 * k + j], out[4 * k + 2 + j]
+        sq[g] += out[n]
+        sq[g + 8] += out[n + 1]
     return s, sq
 
 
-def _queries(gen: np.random.Generator) -> np.ndarray:
-    return gen.standard_normal((8, 128)).astype(np.float16)
+def _queries(gen: np.random.Generator, nct: int = 1) -> np.ndarray:
+    return gen.standard_normal((8 * nct, 128)).astype(np.float16)
 
 
+@pytest.mark.parametrize("nct", [1, 2])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_3_bit_key_scores_and_norms(seed):
+def test_3_bit_key_scores_and_norms(seed, nct):
     gen = np.random.default_rng(seed)
     cent = codebook(tq_core.get_preset("turboquant_k3v4_nc"), 128, torch.device("cpu"))[2]
     lut = [v & MASK for v in lut_words(cent).tolist()]
     codes = gen.integers(0, 8, (16, 128))
     codes[3] = 7  # a row of one code, and the codebook's extremes
     codes[5, :64] = 0
-    q16 = _queries(gen)
+    q16 = _queries(gen, nct)
 
     def chunk_words(token: int, c: int) -> list[int]:
         stream = sum(int(codes[token, 32 * c + i]) << (3 * i) for i in range(32))
@@ -202,8 +207,8 @@ def test_3_bit_key_scores_and_norms(seed):
     def lane_words(g: int, c: int) -> list[int]:
         return chunk_words(g, c) + chunk_words(g + 8, c)
 
-    halves = [(ptx.qk3_ptx(0), lambda w: w), (ptx.qk3_ptx(1), lambda w: w)]
-    s, sq = _scores(halves, lane_words, lut, q16)
+    halves = [(ptx.qk3_ptx(0, nct), lambda w: w), (ptx.qk3_ptx(1, nct), lambda w: w)]
+    s, sq = _scores(halves, lane_words, lut, q16, nct)
     k = cent.float().numpy()[codes].astype(np.float64)
     want = k @ q16.astype(np.float64).T
     np.testing.assert_allclose(s, want, rtol=1e-6, atol=1e-6)
@@ -211,14 +216,15 @@ def test_3_bit_key_scores_and_norms(seed):
     np.testing.assert_allclose(sq, (k**2).sum(axis=1), rtol=2e-3)
 
 
+@pytest.mark.parametrize("nct", [1, 2])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_4_bit_key_scores_and_norms(seed):
+def test_4_bit_key_scores_and_norms(seed, nct):
     gen = np.random.default_rng(seed)
     cent = codebook(tq_core.get_preset("turboquant_4bit_nc"), 128, torch.device("cpu"))[2]
     lut = [v & MASK for v in lut_words(cent).tolist()]
     codes = gen.integers(0, 16, (16, 128))
     codes[2] = np.arange(128) % 16
-    q16 = _queries(gen)
+    q16 = _queries(gen, nct)
 
     def chunk_words(token: int, c: int) -> list[int]:
         return [sum(int(codes[token, 32 * c + 8 * w + i]) << (4 * i) for i in range(8)) for w in range(4)]
@@ -227,63 +233,74 @@ def test_4_bit_key_scores_and_norms(seed):
         return chunk_words(g, c) + chunk_words(g + 8, c)
 
     # each half takes words 2 h, 2 h + 1 of both key rows
-    halves = [(ptx.qk4_ptx(), lambda w: [w[0], w[1], w[4], w[5]]), (ptx.qk4_ptx(), lambda w: [w[2], w[3], w[6], w[7]])]
-    s, sq = _scores(halves, lane_words, lut, q16)
+    halves = [
+        (ptx.qk4_ptx(nct), lambda w: [w[0], w[1], w[4], w[5]]),
+        (ptx.qk4_ptx(nct), lambda w: [w[2], w[3], w[6], w[7]]),
+    ]
+    s, sq = _scores(halves, lane_words, lut, q16, nct)
     k = cent.float().numpy()[codes].astype(np.float64)
     np.testing.assert_allclose(s, k @ q16.astype(np.float64).T, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(sq, (k**2).sum(axis=1), rtol=2e-3)
 
 
-def test_fp8_key_scores():
+@pytest.mark.parametrize("nct", [1, 2])
+def test_fp8_key_scores(nct):
     gen = np.random.default_rng(3)
     keys = torch.from_numpy(gen.standard_normal((16, 128)).astype(np.float32)).to(torch.float8_e4m3fn)
     raw = keys.view(torch.uint8).numpy().astype(np.int64)
-    q16 = _queries(gen)
+    q16 = _queries(gen, nct)
+    n = 4 * nct
 
     def chunk_words(token: int, c: int) -> list[int]:
         b = raw[token, 32 * c : 32 * c + 32]
         return [int(b[4 * w] | b[4 * w + 1] << 8 | b[4 * w + 2] << 16 | b[4 * w + 3] << 24) for w in range(8)]
 
-    outs = [dict.fromkeys(range(4), 0.0) for _ in range(32)]
+    outs = [dict.fromkeys(range(n), 0.0) for _ in range(32)]
     for half in range(2):
         ops = []
         for lane in range(32):
             g, c = divmod(lane, 4)
             wg, wk = chunk_words(g, c)[4 * half : 4 * half + 4], chunk_words(g + 8, c)[4 * half : 4 * half + 4]
-            qp = _query_pairs(q16, g, c)[8 * half : 8 * half + 8]
-            vals = [*wg, *wk, *qp, *(outs[lane][i] for i in range(4))]
-            ops.append({4 + i: v for i, v in enumerate(vals)})
-        outs = run_warp(ptx.qk8_ptx(), ops)
-    s = np.zeros((16, 8))
+            qp = [v for k in range(nct) for v in _query_pairs(q16, 8 * k + g, c)[8 * half : 8 * half + 8]]
+            vals = [*wg, *wk, *qp, *(outs[lane][i] for i in range(n))]
+            ops.append({n + i: v for i, v in enumerate(vals)})
+        outs = run_warp(ptx.qk8_ptx(nct), ops)
+    s = np.zeros((16, 8 * nct))
     for lane, out in enumerate(outs):
         g, c = divmod(lane, 4)
-        for j in range(2):
-            s[g, 2 * c + j], s[g + 8, 2 * c + j] = out[j], out[2 + j]
+        for k in range(nct):
+            for j in range(2):
+                s[g, 8 * k + 2 * c + j], s[g + 8, 8 * k + 2 * c + j] = out[4 * k + j], out[4 * k + 2 + j]
     want = keys.to(torch.float64).numpy() @ q16.astype(np.float64).T
     np.testing.assert_allclose(s, want, rtol=1e-6, atol=1e-6)
 
 
-def test_transposed_probabilities_times_4_bit_values():
+@pytest.mark.parametrize("nct", [1, 2])
+def test_transposed_probabilities_times_4_bit_values(nct):
     # the probabilities of a 16-token row tile in the score's C layout, transposed into the
     # value product's B registers (PAIR_TRANSPOSED_PTX), then O^T = V^T P^T for every row tile
-    # u: row g of tile u is head_dim 16 g + 2 u, row g + 8 is 16 g + 2 u + 1
+    # u: row g of tile u is head_dim 16 g + 2 u, row g + 8 is 16 g + 2 u + 1; nct column tiles
+    # of 8 queries share each decoded value word
     gen = np.random.default_rng(5)
-    p = gen.random((16, 8)).astype(np.float32)
+    p = gen.random((16, 8 * nct)).astype(np.float32)
     codes = gen.integers(0, 16, (16, 128))
     codes[0] = 15
     codes[9] = 0
+    n = 4 * nct
 
     def word(token: int, w: int) -> int:
         return sum(int(codes[token, 8 * w + i]) << (4 * i) for i in range(8))
 
-    b_regs = []
-    for h in range(2):  # key rows g (tokens 0-7) and g + 8 (8-15)
-        ops = []
-        for lane in range(32):
-            g, c = divmod(lane, 4)
-            ops.append({1: float(p[g + 8 * h, 2 * c]), 2: float(p[g + 8 * h, 2 * c + 1])})
-        b_regs.append([out[0] for out in run_warp(ptx.PAIR_TRANSPOSED_PTX, ops)])
-    got = np.zeros((128, 8))
+    b_regs = []  # [column tile][key rows g (tokens 0-7) or g + 8 (8-15)][lane]
+    for k in range(nct):
+        b_regs.append([])
+        for h in range(2):
+            ops = []
+            for lane in range(32):
+                g, c = divmod(lane, 4)
+                ops.append({1: float(p[g + 8 * h, 8 * k + 2 * c]), 2: float(p[g + 8 * h, 8 * k + 2 * c + 1])})
+            b_regs[k].append([out[0] for out in run_warp(ptx.PAIR_TRANSPOSED_PTX, ops)])
+    got = np.zeros((128, 8 * nct))
     for u in range(8):
         sel = (u % 4) | ((u % 4 + 4) << 8)
         ops = []
@@ -291,12 +308,14 @@ def test_transposed_probabilities_times_4_bit_values():
             g, c = divmod(lane, 4)
             w = 2 * g + u // 4
             toks = (2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9)
-            vals = [word(t, w) for t in toks] + [sel, b_regs[0][lane], b_regs[1][lane], 0.0, 0.0, 0.0, 0.0]
-            ops.append({4 + i: v for i, v in enumerate(vals)})
-        for lane, out in enumerate(run_warp(ptx.pv4_ptx(), ops)):
+            vals = [word(t, w) for t in toks] + [sel]
+            vals += [b_regs[k][h][lane] for k in range(nct) for h in range(2)] + [0.0] * n
+            ops.append({n + i: v for i, v in enumerate(vals)})
+        for lane, out in enumerate(run_warp(ptx.pv4_ptx(nct), ops)):
             g, c = divmod(lane, 4)
-            for j in range(2):
-                got[16 * g + 2 * u, 2 * c + j] = out[j]
-                got[16 * g + 2 * u + 1, 2 * c + j] = out[2 + j]
+            for k in range(nct):
+                for j in range(2):
+                    got[16 * g + 2 * u, 8 * k + 2 * c + j] = out[4 * k + j]
+                    got[16 * g + 2 * u + 1, 8 * k + 2 * c + j] = out[4 * k + 2 + j]
     want = (codes - 8).T.astype(np.float64) @ p.astype(np.float16).astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)

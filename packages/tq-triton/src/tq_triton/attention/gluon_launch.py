@@ -82,11 +82,18 @@ def launch_token_rows(
 
 
 def compile_token_rows(
-    preset: str, group: int, block_kv: int, splits: int, sm: int = 90, maxnreg: int = 0, balance: bool = False
+    preset: str,
+    group: int,
+    block_kv: int,
+    splits: int,
+    sm: int = 90,
+    maxnreg: int = 0,
+    balance: bool = False,
+    columns: int = 8,
 ) -> Any:
     """The token-rows kernel compiled without a GPU for an NVIDIA target ``sm``, as the
-    launcher specialises it (head_dim 128, 2 kv heads, 16-token blocks), as
-    :func:`compile_gluon` compiles the Gluon kernel."""
+    launcher specialises it (head_dim 128, 2 kv heads, 16-token blocks, ``columns`` query
+    columns: 8 or 16), as :func:`compile_gluon` compiles the Gluon kernel."""
     from .token_rows_kernel import token_rows_attention_kernel
 
     p = tq_core.get_preset(preset)
@@ -97,7 +104,7 @@ def compile_token_rows(
         G_PAD=g_pad,
         NUM_Q_HEADS=2 * group,
         NUM_SPLITS=splits,
-        BLOCK_Q=8 // g_pad,
+        BLOCK_Q=columns // g_pad,
         BLOCK_KV=block_kv,
         NORM_CORRECTION=p.norm_correction,
         SATURATE_QUERY=False,

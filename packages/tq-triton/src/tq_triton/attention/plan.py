@@ -123,8 +123,9 @@ def gluon_refusal(preset: Preset, head_dim: int, rows: int, block_kv: int, block
     return ""
 
 
-# the token-rows kernel: 8 query columns per program, 16-token row tiles
-TOKEN_ROWS_COLUMNS = 8
+# the token-rows kernel: 8 or 16 query columns per program (one or two column tiles), 16-token
+# row tiles
+TOKEN_ROWS_COLUMNS = 16
 TOKEN_ROWS_PRESETS = ("turboquant_k8v4", "turboquant_k3v4_nc", "turboquant_4bit_nc")
 
 
@@ -133,7 +134,7 @@ def token_rows_refusal(
 ) -> str:
     """Why ``token_rows_kernel`` cannot compute a launch the Gluon kernel may run, or ``""``:
     it decodes fp8, 3- and 4-bit codebook keys with uniform 4-bit values (k8v4, k3v4_nc,
-    4bit_nc) at head_dim 128; its 8 query columns must hold the batch's longest q_len
+    4bit_nc) at head_dim 128; its 16 query columns must hold the batch's longest q_len
     (``longest``, rounded up to a power of two) times the q heads per kv head (``group_pad``,
     padded), so that each program reads the cache once; 16-64 tokens per tile; blocks of at
     least 16 tokens (a 16-token row tile then lies in one block). A request longer than the
@@ -152,6 +153,15 @@ def token_rows_refusal(
     if block_size < 16:
         return f"block_size {block_size} is below the token-rows kernel's 16"
     return ""
+
+
+def token_rows_columns(group_pad: int, longest: int) -> int:
+    """The token-rows kernel's query columns for a batch: 8 (one column tile) where the
+    longest q_len (rounded up to a power of two) times ``group_pad`` fits them, else 16 (two
+    column tiles that share each decoded key and value; :func:`token_rows_refusal` bounds
+    it)."""
+    need = next_pow2(max(1, min(longest, MAX_QUERY_LEN))) * group_pad
+    return 8 if need <= 8 else TOKEN_ROWS_COLUMNS
 
 
 def wgmma_applies(rows: int, facts: DeviceFacts) -> bool:
@@ -285,8 +295,8 @@ def plan_attention(
         )
         token_rows = not why_not
         if token_rows:
-            block_q = TOKEN_ROWS_COLUMNS // g_pad
-            rows = TOKEN_ROWS_COLUMNS
+            rows = token_rows_columns(g_pad, longest)
+            block_q = rows // g_pad
         elif debug_enabled():
             _log_token_rows(why_not)
     splits = (

@@ -43,6 +43,15 @@ _QK8 = gl.constexpr(ptx.qk8_ptx())
 _QK8_C = gl.constexpr(ptx.QK8_CONSTRAINTS)
 _PV4 = gl.constexpr(ptx.pv4_ptx())
 _PV4_C = gl.constexpr(ptx.PV4_CONSTRAINTS)
+_QK3_LO2 = gl.constexpr(ptx.qk3_ptx(0, 2))
+_QK3_HI2 = gl.constexpr(ptx.qk3_ptx(1, 2))
+_QK3_2C = gl.constexpr(ptx.qk3_constraints(2))
+_QK4_2 = gl.constexpr(ptx.qk4_ptx(2))
+_QK4_2C = gl.constexpr(ptx.qk4_constraints(2))
+_QK8_2 = gl.constexpr(ptx.qk8_ptx(2))
+_QK8_2C = gl.constexpr(ptx.qk8_constraints(2))
+_PV4_2 = gl.constexpr(ptx.pv4_ptx(2))
+_PV4_2C = gl.constexpr(ptx.pv4_constraints(2))
 _PAIR_T = gl.constexpr(ptx.PAIR_TRANSPOSED_PTX)
 _PAIR_T_C = gl.constexpr(ptx.PAIR_TRANSPOSED_CONSTRAINTS)
 
@@ -255,16 +264,25 @@ def _load_tile(
 
 
 @gluon.jit
-def _pv_tile(acc, v_lo, v_hi, sel_u, lo_u, b0, b1, LU: gl.constexpr):
+def _value_words(v_lo, v_hi, lo_u):
+    """The four value words of the value product's row tiles (``lo_u``: word ``2 g``, else
+    ``2 g + 1``)."""
+    return (
+        gl.where(lo_u, v_lo[0], v_hi[0]),
+        gl.where(lo_u, v_lo[1], v_hi[1]),
+        gl.where(lo_u, v_lo[2], v_hi[2]),
+        gl.where(lo_u, v_lo[3], v_hi[3]),
+    )
+
+
+@gluon.jit
+def _pv_tile(acc, v_lo, v_hi, sel_u, lo_u, b0, b1):
     """``acc`` (four ``[8, 4, 8]`` C registers, one per row tile ``u``) plus one row tile's
     16 tokens times their values: ``v_lo``, ``v_hi`` the value words ``(2 c, 2 c + 1, 2 c + 8,
     2 c + 9)`` of head_dim ``16 g .. + 7`` and ``16 g + 8 .. + 15``, ``b0``, ``b1`` the
     probabilities' B registers ``[8, 4]``."""
     a0, a1, a2, a3 = acc
-    wa0 = gl.where(lo_u, v_lo[0], v_hi[0])
-    wa1 = gl.where(lo_u, v_lo[1], v_hi[1])
-    wb0 = gl.where(lo_u, v_lo[2], v_hi[2])
-    wb1 = gl.where(lo_u, v_lo[3], v_hi[3])
+    wa0, wa1, wb0, wb1 = _value_words(v_lo, v_hi, lo_u)
     z = sel_u * 0
     return gl.inline_asm_elementwise(
         _PV4,
@@ -274,6 +292,248 @@ def _pv_tile(acc, v_lo, v_hi, sel_u, lo_u, b0, b1, LU: gl.constexpr):
         is_pure=True,
         pack=1,
     )
+
+
+@gluon.jit
+def _pv_tile2(acc, acc_b, v_lo, v_hi, sel_u, lo_u, b0, b1, c0, c1):
+    """:func:`_pv_tile` into two column tiles at once (``b0``, ``b1`` the first's
+    probabilities, ``c0``, ``c1`` the second's): each value word is decoded once."""
+    wa0, wa1, wb0, wb1 = _value_words(v_lo, v_hi, lo_u)
+    z = sel_u * 0
+    out = gl.inline_asm_elementwise(
+        _PV4_2,
+        _PV4_2C,
+        [
+            wa0,
+            wa1,
+            wb0,
+            wb1,
+            sel_u,
+            z + b0[:, :, None],
+            z + b1[:, :, None],
+            z + c0[:, :, None],
+            z + c1[:, :, None],
+            acc[0],
+            acc[1],
+            acc[2],
+            acc[3],
+            acc_b[0],
+            acc_b[1],
+            acc_b[2],
+            acc_b[3],
+        ],
+        dtype=(gl.float32, gl.float32, gl.float32, gl.float32, gl.float32, gl.float32, gl.float32, gl.float32),
+        is_pure=True,
+        pack=1,
+    )
+    return (out[0], out[1], out[2], out[3]), (out[4], out[5], out[6], out[7])
+
+
+@gluon.jit
+def _query_columns(
+    Q,
+    q_start,
+    qc,
+    q_len,
+    h,
+    stride_qt,
+    stride_qh,
+    q_mul,
+    col0,
+    ci2,
+    G: gl.constexpr,
+    G_PAD: gl.constexpr,
+    D: gl.constexpr,
+    LOG2_D: gl.constexpr,
+    KEY_FP8: gl.constexpr,
+    SATURATE_QUERY: gl.constexpr,
+    L2: gl.constexpr,
+    L16: gl.constexpr,
+):
+    """The ``B`` registers of query columns ``col0 .. col0 + 7`` of the chunk at ``qc`` (column
+    ``n``: query token ``qc + n // G_PAD``, head ``n % G_PAD`` of the group), rotated and scaled
+    as the keys were stored, sixteen ``[8, 4, 1]`` (thread ``(g, c)``: column ``col0 + g``,
+    pairs ``32 c + 2 e``), and whether columns ``col0 + 2 c`` and ``+ 1`` hold a NaN or
+    ±inf."""
+    # the query's Hadamard transform (gluon_kernel's layouts, one warp)
+    QH: gl.constexpr = gl.BlockedLayout([1, D // 2], [16, 2], [1, 1], [1, 0])
+    QE: gl.constexpr = gl.BlockedLayout([1, 1], [16, 2], [1, 1], [1, 0])
+    QL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (D // 8), D // 8], [1, 1], [1, 0])
+    QC: gl.constexpr = gl.BlockedLayout([1, 1, 32], [8, 4, 1], [1, 1, 1], [2, 1, 0])
+    QLOAD: gl.constexpr = QL if KEY_FP8 else QH
+    mq = col0 + gl.arange(0, 8, layout=gl.SliceLayout(1, QLOAD))
+    dq = gl.arange(0, D, layout=gl.SliceLayout(0, QLOAD))
+    tok_q = qc + mq // G_PAD
+    ok_q = (tok_q < q_len) & (mq % G_PAD < G)
+    q = gl.load(
+        Q
+        + (q_start + tok_q).to(gl.int64)[:, None] * stride_qt
+        + (h * G + mq % G_PAD)[:, None] * stride_qh
+        + dq[None, :],
+        mask=ok_q[:, None],
+        other=0.0,
+    ).to(gl.float32)
+    q_bad_rows = _nonfinite_rows(q)
+    if KEY_FP8:
+        q = q * q_mul
+    else:
+        q = q * (q_mul / gl.sqrt(D * 1.0))
+        q = _butterflies(q, 8, D, 0, LOG2_D - 1)
+        q = _butterflies(gl.convert_layout(q, QE), 8, D, LOG2_D - 1, LOG2_D)
+    # rows g, chunks c of 32 positions: [8, 4, 32]
+    q = gl.convert_layout(gl.reshape(q, [8, 4, 32]), QC)
+    # a column's query with a NaN or ±inf element (flags of rows g as fp16 pairs (g, g),
+    # transposed by quarter: each thread gets those of columns 2 c, 2 c + 1)
+    bad = gl.convert_layout(q_bad_rows.to(gl.float32), gl.SliceLayout(1, L2))[:, None] + ci2 * 0.0
+    bad_t = _pair_t(bad, bad)
+    q_bad0 = (bad_t & 0xFFFF) != 0
+    q_bad1 = (bad_t >> 16) != 0
+    if SATURATE_QUERY:
+        q = _saturate(q)
+    q16 = q.to(gl.float16, fp_downcast_rounding="rtz")
+    qlo, qhi = gl.split(gl.reshape(q16, [8, 4, 16, 2]))
+    qw = qlo.to(gl.uint16, bitcast=True).to(gl.uint32) | (qhi.to(gl.uint16, bitcast=True).to(gl.uint32) << 16)
+    qw = gl.convert_layout(qw, L16)
+    qa, qb = _split2(qw)  # even / odd pairs: [8, 4, 8] each
+    q0, q2, q4, q6, q8, q10, q12, q14 = _unstack8(qa, L2)
+    q1, q3, q5, q7, q9, q11, q13, q15 = _unstack8(qb, L2)
+    # as [8, 4, 1], broadcast over the row tiles
+    regs = (
+        q0[:, :, None],
+        q1[:, :, None],
+        q2[:, :, None],
+        q3[:, :, None],
+        q4[:, :, None],
+        q5[:, :, None],
+        q6[:, :, None],
+        q7[:, :, None],
+        q8[:, :, None],
+        q9[:, :, None],
+        q10[:, :, None],
+        q11[:, :, None],
+        q12[:, :, None],
+        q13[:, :, None],
+        q14[:, :, None],
+        q15[:, :, None],
+    )
+    return regs, q_bad0, q_bad1
+
+
+@gluon.jit
+def _masked(s00, s01, s10, s11, pos0, pos1, hi, cols):
+    """A column tile's scores, -inf at positions from ``hi`` on, past a column's causal bound
+    or in a column not in use (``cols``: columns ``2 c``, ``2 c + 1``' last positions and
+    whether they are in use)."""
+    row_pos0, row_pos1, ok0, ok1 = cols
+    s00 = gl.where((pos0 < hi) & (pos0 <= row_pos0[:, :, None]) & ok0[:, :, None], s00, float("-inf"))
+    s01 = gl.where((pos0 < hi) & (pos0 <= row_pos1[:, :, None]) & ok1[:, :, None], s01, float("-inf"))
+    s10 = gl.where((pos1 < hi) & (pos1 <= row_pos0[:, :, None]) & ok0[:, :, None], s10, float("-inf"))
+    s11 = gl.where((pos1 < hi) & (pos1 <= row_pos1[:, :, None]) & ok1[:, :, None], s11, float("-inf"))
+    return s00, s01, s10, s11
+
+
+@gluon.jit
+def _softmax_columns(s00, s01, s10, s11, state, acc, q_scale, values, LU: gl.constexpr):
+    """``online_softmax``'s tile step for one column tile (a column's 8 lanes hold its
+    tokens): the new ``state`` (maximum, sum and centred-value sum of columns ``2 c``, ``2 c +
+    1``), ``acc`` rescaled, and the probabilities times the value scales as the value
+    product's two ``B`` registers. ``values``: the tile's value-scale factors and centres and
+    the scale reference's ratio (shared by the column tiles)."""
+    m_0, m_1, l_0, l_1, r_0, r_1 = state
+    w0, w1, mid0, mid1, fr = values
+    t_0 = gl.max(gl.max(gl.maximum(s00, s10), axis=2), axis=0)[None, :] * q_scale
+    t_1 = gl.max(gl.max(gl.maximum(s01, s11), axis=2), axis=0)[None, :] * q_scale
+    mn_0 = gl.where(t_0 > m_0 + 8.0, t_0, m_0)
+    mn_1 = gl.where(t_1 > m_1 + 8.0, t_1, m_1)
+    mr_0 = gl.where(mn_0 == float("-inf"), 0.0, mn_0)
+    mr_1 = gl.where(mn_1 == float("-inf"), 0.0, mn_1)
+    al_0 = gl.where(mn_0 == m_0, 1.0, gl.exp2(m_0 - mr_0))
+    al_1 = gl.where(mn_1 == m_1, 1.0, gl.exp2(m_1 - mr_1))
+    p00 = gl.exp2(s00 * q_scale - mr_0[:, :, None])
+    p01 = gl.exp2(s01 * q_scale - mr_1[:, :, None])
+    p10 = gl.exp2(s10 * q_scale - mr_0[:, :, None])
+    p11 = gl.exp2(s11 * q_scale - mr_1[:, :, None])
+    l_0 = l_0 * al_0 + gl.sum(p00 + p10, axis=2)
+    l_1 = l_1 * al_1 + gl.sum(p01 + p11, axis=2)
+    r_0 = r_0 * al_0 + gl.sum(p00 * mid0 + p10 * mid1, axis=2)
+    r_1 = r_1 * al_1 + gl.sum(p01 * mid0 + p11 * mid1, axis=2)
+    bt0 = _pair_t(p00 * w0, p01 * w0)  # tokens 2 c, 2 c + 1 of column g
+    bt1 = _pair_t(p10 * w1, p11 * w1)  # tokens 2 c + 8, 2 c + 9
+    fa0 = gl.convert_layout(al_0 * fr, gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None]
+    fa1 = gl.convert_layout(al_1 * fr, gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None]
+    acc = (acc[0] * fa0, acc[1] * fa1, acc[2] * fa0, acc[3] * fa1)
+    return (mn_0, mn_1, l_0, l_1, r_0, r_1), acc, bt0, bt1
+
+
+@gluon.jit
+def _store_columns(
+    Out,
+    Partial,
+    Lse,
+    acc,
+    state,
+    f_i,
+    q_bad0,
+    q_bad1,
+    cols,
+    q_start,
+    h,
+    split,
+    stride_ot,
+    stride_oh,
+    dpos,
+    gi2,
+    G: gl.constexpr,
+    G_PAD: gl.constexpr,
+    NUM_Q_HEADS: gl.constexpr,
+    NUM_SPLITS: gl.constexpr,
+    D: gl.constexpr,
+    SKIP_EMPTY: gl.constexpr,
+    L16: gl.constexpr,
+):
+    """One column tile's output rows (or, with kv splits, its partial rows and their
+    log-sum-exps). ``cols``: columns ``2 c``, ``2 c + 1`` of the tile (index, query token,
+    whether in use)."""
+    m_0, m_1, l_0, l_1, r_0, r_1 = state
+    n0, n1, tok0, tok1, ok0, ok1 = cols
+    # each column's sums over its 8 lanes
+    lt_0 = gl.sum(l_0, axis=0)[None, :] + gi2 * 0.0
+    lt_1 = gl.sum(l_1, axis=0)[None, :] + gi2 * 0.0
+    rt_0 = gl.sum(r_0, axis=0)[None, :] + gi2 * 0.0
+    rt_1 = gl.sum(r_1, axis=0)[None, :] + gi2 * 0.0
+    fa_0, fb_0 = _output_factors(lt_0, rt_0, f_i, q_bad0)
+    fa_1, fb_1 = _output_factors(lt_1, rt_1, f_i, q_bad1)
+    # column j's 16 head_dim positions: element 2 u + (row g + 8)
+    o_0 = gl.reshape(gl.join(acc[0], acc[2]), [8, 4, 16])
+    o_1 = gl.reshape(gl.join(acc[1], acc[3]), [8, 4, 16])
+    o_0 = gl.convert_layout(o_0, L16) * gl.convert_layout(fa_0, gl.SliceLayout(2, L16))[:, :, None]
+    o_0 = o_0 + gl.convert_layout(fb_0, gl.SliceLayout(2, L16))[:, :, None]
+    o_1 = gl.convert_layout(o_1, L16) * gl.convert_layout(fa_1, gl.SliceLayout(2, L16))[:, :, None]
+    o_1 = o_1 + gl.convert_layout(fb_1, gl.SliceLayout(2, L16))[:, :, None]
+    for jj in gl.static_range(2):
+        o_j = o_1 if jj == 1 else o_0
+        tok_j = tok1 if jj == 1 else tok0
+        ok_j = ok1 if jj == 1 else ok0
+        n_j = n1 if jj == 1 else n0
+        q_row = (q_start + tok_j).to(gl.int64)
+        head = h * G + n_j % G_PAD
+        q_row_o = gl.convert_layout(q_row, gl.SliceLayout(2, L16))[:, :, None]
+        head_o = gl.convert_layout(head, gl.SliceLayout(2, L16))[:, :, None]
+        ok_o = gl.convert_layout(ok_j, gl.SliceLayout(2, L16))[:, :, None]
+        if NUM_SPLITS == 1:
+            gl.store(
+                Out + q_row_o * stride_ot + head_o * stride_oh + dpos,
+                o_j.to(Out.dtype.element_ty),
+                mask=ok_o & (dpos < D),
+            )
+        else:
+            slot_o = (q_row_o * NUM_Q_HEADS + head_o) * NUM_SPLITS + split
+            gl.store(Partial + slot_o * D + dpos, o_j, mask=ok_o & (dpos < D))
+            m_j = m_1 if jj == 1 else m_0
+            lt_j = lt_1 if jj == 1 else lt_0
+            bad_j = q_bad1 if jj == 1 else q_bad0
+            slot = (q_row * NUM_Q_HEADS + head) * NUM_SPLITS + split
+            gl.store(Lse + slot, _row_lse(m_j, lt_j, bad_j, SKIP_EMPTY), mask=ok_j & (gi2 == 0))
 
 
 @gluon.jit
@@ -326,14 +586,15 @@ def token_rows_attention_kernel(
     BALANCE: gl.constexpr = False,
     SKIP_EMPTY: gl.constexpr = False,
 ):
-    """One warp; ``BLOCK_Q * G_PAD`` is 8 (the product's columns), ``D`` 128, ``BLOCK_KV``
-    16, 32 or 64, ``BLOCK_SIZE`` a power of two >= 16 (a row tile never straddles a block).
-    Keys fp8 (``KEY_FP8``) or 3- or 4-bit codebook codes (``KBITS``; ``Centroids``:
+    """One warp; ``BLOCK_Q * G_PAD`` is 8 or 16 (the product's columns: one or two column
+    tiles of 8, each key and value decoded once for both), ``D`` 128, ``BLOCK_KV`` 16, 32 or
+    64, ``BLOCK_SIZE`` a power of two >= 16 (a row tile never straddles a block). Keys fp8
+    (``KEY_FP8``) or 3- or 4-bit codebook codes (``KBITS``; ``Centroids``:
     ``key_lut.lut_words``' table, of the magnitudes for 4-bit codes), values uniform 4-bit
-    codes. The other constexprs are
-    ``kernel.attention_kernel``'s."""
+    codes. The other constexprs are ``kernel.attention_kernel``'s."""
     gl.static_assert(D == 128, "head_dim 128")
-    gl.static_assert(BLOCK_Q * G_PAD == 8, "8 query columns")
+    gl.static_assert(BLOCK_Q * G_PAD == 8 or BLOCK_Q * G_PAD == 16, "8 or 16 query columns")
+    NCT: gl.constexpr = BLOCK_Q * G_PAD // 8
     MT: gl.constexpr = BLOCK_KV // 16
     # [8 (g), 4 (c), n]: lane 4 g + c, n in registers
     LT: gl.constexpr = gl.BlockedLayout([1, 1, MT], [8, 4, 1], [1, 1, 1], [2, 1, 0])
@@ -342,11 +603,6 @@ def token_rows_attention_kernel(
     # [8, 4, 16]: the query's 16 fp16 pairs of a chunk, and a column's 16 output positions
     L16: gl.constexpr = gl.BlockedLayout([1, 1, 16], [8, 4, 1], [1, 1, 1], [2, 1, 0])
     L2: gl.constexpr = gl.SliceLayout(2, LT)
-    # the query's Hadamard transform (gluon_kernel's layouts, one warp)
-    QH: gl.constexpr = gl.BlockedLayout([1, D // 2], [16, 2], [1, 1], [1, 0])
-    QE: gl.constexpr = gl.BlockedLayout([1, 1], [16, 2], [1, 1], [1, 0])
-    QL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (D // 8), D // 8], [1, 1], [1, 0])
-    QC: gl.constexpr = gl.BlockedLayout([1, 1, 32], [8, 4, 1], [1, 1, 1], [2, 1, 0])
 
     r = gl.program_id(0)
     h = gl.program_id(1)
@@ -364,7 +620,8 @@ def token_rows_attention_kernel(
     else:
         lut = register_table(Centroids)
 
-    # per thread: query columns 2 c + j (j = 0, 1)
+    # per thread: query columns 2 c + j (j = 0, 1) of the first column tile, 8 + 2 c + j of
+    # the second
     gi2 = gl.arange(0, 8, layout=gl.SliceLayout(1, L2))[:, None]
     ci2 = gl.arange(0, 4, layout=gl.SliceLayout(0, L2))[None, :]
     n0 = 2 * ci2 + gi2 * 0
@@ -383,74 +640,92 @@ def token_rows_attention_kernel(
         tok1 = qc + n1 // G_PAD
         ok0 = (tok0 < q_len) & (n0 % G_PAD < G)
         ok1 = (tok1 < q_len) & (n1 % G_PAD < G)
+        if NCT == 2:
+            tok8 = qc + (n0 + 8) // G_PAD
+            tok9 = qc + (n1 + 8) // G_PAD
+            ok8 = (tok8 < q_len) & ((n0 + 8) % G_PAD < G)
+            ok9 = (tok9 < q_len) & ((n1 + 8) % G_PAD < G)
         if SKIP_EMPTY and kv_lo >= gl.minimum(kv_hi, seq_len - q_len + gl.minimum(qc + BLOCK_Q, q_len)):
             first_g = gi2 == 0
-            for jj in gl.static_range(2):
-                tok_e = tok1 if jj == 1 else tok0
-                ok_e = ok1 if jj == 1 else ok0
-                n_e = n1 if jj == 1 else n0
+            for jj in gl.static_range(2 * NCT):
+                tok_e = tok0
+                ok_e = ok0
+                n_e = n0
+                if jj == 1:
+                    tok_e = tok1
+                    ok_e = ok1
+                    n_e = n1
+                elif jj == 2:
+                    tok_e = tok8
+                    ok_e = ok8
+                    n_e = n0 + 8
+                elif jj == 3:
+                    tok_e = tok9
+                    ok_e = ok9
+                    n_e = n1 + 8
                 slot_e = ((q_start + tok_e).to(gl.int64) * NUM_Q_HEADS + h * G + n_e % G_PAD) * NUM_SPLITS + split
                 gl.store(Lse + slot_e, gl.full([8, 4], float("-inf"), gl.float32, L2), mask=ok_e & first_g)
         else:
-            QLOAD: gl.constexpr = QL if KEY_FP8 else QH
-            mq = gl.arange(0, 8, layout=gl.SliceLayout(1, QLOAD))
-            dq = gl.arange(0, D, layout=gl.SliceLayout(0, QLOAD))
-            tok_q = qc + mq // G_PAD
-            ok_q = (tok_q < q_len) & (mq % G_PAD < G)
-            q = gl.load(
-                Q
-                + (q_start + tok_q).to(gl.int64)[:, None] * stride_qt
-                + (h * G + mq % G_PAD)[:, None] * stride_qh
-                + dq[None, :],
-                mask=ok_q[:, None],
-                other=0.0,
-            ).to(gl.float32)
-            q_bad_rows = _nonfinite_rows(q)
-            if KEY_FP8:
-                q = q * q_mul
-            else:
-                q = q * (q_mul / gl.sqrt(D * 1.0))
-                q = _butterflies(q, 8, D, 0, LOG2_D - 1)
-                q = _butterflies(gl.convert_layout(q, QE), 8, D, LOG2_D - 1, LOG2_D)
-            # rows g, chunks c of 32 positions: [8, 4, 32]
-            q = gl.convert_layout(gl.reshape(q, [8, 4, 32]), QC)
-            # a column's query with a NaN or ±inf element (flags of rows g as fp16 pairs
-            # (g, g), transposed by quarter: each thread gets those of columns 2 c, 2 c + 1)
-            bad = gl.convert_layout(q_bad_rows.to(gl.float32), gl.SliceLayout(1, L2))[:, None] + ci2 * 0.0
-            bad_t = _pair_t(bad, bad)
-            q_bad0 = (bad_t & 0xFFFF) != 0
-            q_bad1 = (bad_t >> 16) != 0
-            if SATURATE_QUERY:
-                q = _saturate(q)
-            q16 = q.to(gl.float16, fp_downcast_rounding="rtz")
-            qlo, qhi = gl.split(gl.reshape(q16, [8, 4, 16, 2]))
-            qw = qlo.to(gl.uint16, bitcast=True).to(gl.uint32) | (qhi.to(gl.uint16, bitcast=True).to(gl.uint32) << 16)
-            qw = gl.convert_layout(qw, L16)
-            qa, qb = _split2(qw)  # even / odd pairs: [8, 4, 8] each
-            q0, q2, q4, q6, q8, q10, q12, q14 = _unstack8(qa, L2)
-            q1, q3, q5, q7, q9, q11, q13, q15 = _unstack8(qb, L2)
-            # as [8, 4, 1], broadcast over the row tiles
-            q0, q1, q2, q3 = q0[:, :, None], q1[:, :, None], q2[:, :, None], q3[:, :, None]
-            q4, q5, q6, q7 = q4[:, :, None], q5[:, :, None], q6[:, :, None], q7[:, :, None]
-            q8, q9, q10, q11 = q8[:, :, None], q9[:, :, None], q10[:, :, None], q11[:, :, None]
-            q12, q13, q14, q15 = q12[:, :, None], q13[:, :, None], q14[:, :, None], q15[:, :, None]
-
+            qr, q_bad0, q_bad1 = _query_columns(
+                Q,
+                q_start,
+                qc,
+                q_len,
+                h,
+                stride_qt,
+                stride_qh,
+                q_mul,
+                0,
+                ci2,
+                G,
+                G_PAD,
+                D,
+                LOG2_D,
+                KEY_FP8,
+                SATURATE_QUERY,
+                L2,
+                L16,
+            )
+            q0, q1, q2, q3, q4, q5, q6, q7, q8, q9, q10, q11, q12, q13, q14, q15 = qr
             # each column's causal bound
             row_pos0 = seq_len - q_len + tok0
             row_pos1 = seq_len - q_len + tok1
+            cols0 = (row_pos0, row_pos1, ok0, ok1)
             m_0 = gl.full([8, 4], float("-inf"), gl.float32, L2)
-            m_1 = m_0
-            l_0 = gl.zeros([8, 4], gl.float32, L2)
-            l_1 = l_0
-            r_0 = l_0
-            r_1 = l_0
-            f_i = l_0  # the value scales' reference (set by the first tile)
+            zero = gl.zeros([8, 4], gl.float32, L2)
+            state0 = (m_0, m_0, zero, zero, zero, zero)
             acc = (
                 gl.zeros([8, 4, 8], gl.float32, LU),
                 gl.zeros([8, 4, 8], gl.float32, LU),
                 gl.zeros([8, 4, 8], gl.float32, LU),
                 gl.zeros([8, 4, 8], gl.float32, LU),
             )
+            if NCT == 2:
+                pr, q_bad8, q_bad9 = _query_columns(
+                    Q,
+                    q_start,
+                    qc,
+                    q_len,
+                    h,
+                    stride_qt,
+                    stride_qh,
+                    q_mul,
+                    8,
+                    ci2,
+                    G,
+                    G_PAD,
+                    D,
+                    LOG2_D,
+                    KEY_FP8,
+                    SATURATE_QUERY,
+                    L2,
+                    L16,
+                )
+                p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15 = pr
+                cols1 = (seq_len - q_len + tok8, seq_len - q_len + tok9, ok8, ok9)
+                state1 = state0
+                acc_b = acc
+            f_i = zero  # the value scales' reference (set by the first tile)
             hi = gl.minimum(kv_hi, seq_len - q_len + gl.minimum(qc + BLOCK_Q, q_len))
             unmasked_hi = gl.minimum(hi, seq_len - q_len + qc + 1)
             where = (bt_row, stride_bc, head_base, stride_blk, hi, last_block)
@@ -494,134 +769,91 @@ def token_rows_attention_kernel(
                     KBITS,
                 )
                 k0, k1, k2, k3, k4, k5, kn0, kn1, vs0, vs1, vz0, vz1, v0, v1, v2, v3, v4, v5, v6, v7 = cur
-                # scores S^T: [8, 4, MT] per (key row h, column j)
+                # scores S^T: [8, 4, MT] per (key row h, column j); s.. of the first column
+                # tile, t.. of the second
                 if KEY_FP8:
                     a0, a1, a2, a3, a4, a5, a6, a7 = _words8(k0, LT)
                     b0, b1, b2, b3, b4, b5, b6, b7 = _words8(k3, LT)
-                    c0, c1, c2, c3 = gl.inline_asm_elementwise(
-                        _QK8,
-                        _QK8_C,
-                        [a0, a1, a2, a3, b0, b1, b2, b3, q0, q1, q2, q3, q4, q5, q6, q7, zc, zc, zc, zc],
-                        dtype=(gl.float32, gl.float32, gl.float32, gl.float32),
-                        is_pure=True,
-                        pack=1,
-                    )
-                    s00, s01, s10, s11 = gl.inline_asm_elementwise(
-                        _QK8,
-                        _QK8_C,
-                        [a4, a5, a6, a7, b4, b5, b6, b7, q8, q9, q10, q11, q12, q13, q14, q15, c0, c1, c2, c3],
-                        dtype=(gl.float32, gl.float32, gl.float32, gl.float32),
-                        is_pure=True,
-                        pack=1,
-                    )
+                    if NCT == 1:
+                        c0, c1, c2, c3 = gl.inline_asm_elementwise(
+                            _QK8,
+                            _QK8_C,
+                            [a0, a1, a2, a3, b0, b1, b2, b3, q0, q1, q2, q3, q4, q5, q6, q7, zc, zc, zc, zc],
+                            dtype=(gl.float32, gl.float32, gl.float32, gl.float32),
+                            is_pure=True,
+                            pack=1,
+                        )
+                        s00, s01, s10, s11 = gl.inline_asm_elementwise(
+                            _QK8,
+                            _QK8_C,
+                            [a4, a5, a6, a7, b4, b5, b6, b7, q8, q9, q10, q11, q12, q13, q14, q15, c0, c1, c2, c3],
+                            dtype=(gl.float32, gl.float32, gl.float32, gl.float32),
+                            is_pure=True,
+                            pack=1,
+                        )
+                    else:
+                        # the jit has no starred arguments: operand tuples concatenated
+                        key_lo = (a0, a1, a2, a3, b0, b1, b2, b3, q0, q1, q2, q3, q4, q5, q6, q7)
+                        key_hi = (a4, a5, a6, a7, b4, b5, b6, b7, q8, q9, q10, q11, q12, q13, q14, q15)
+                        c0, c1, c2, c3, d0, d1, d2, d3 = gl.inline_asm_elementwise(
+                            _QK8_2,
+                            _QK8_2C,
+                            key_lo + (p0, p1, p2, p3, p4, p5, p6, p7, zc, zc, zc, zc, zc, zc, zc, zc),  # noqa: RUF005
+                            dtype=(gl.float32,) * 8,
+                            is_pure=True,
+                            pack=1,
+                        )
+                        s00, s01, s10, s11, t00, t01, t10, t11 = gl.inline_asm_elementwise(
+                            _QK8_2,
+                            _QK8_2C,
+                            key_hi + (p8, p9, p10, p11, p12, p13, p14, p15, c0, c1, c2, c3, d0, d1, d2, d3),  # noqa: RUF005
+                            dtype=(gl.float32,) * 8,
+                            is_pure=True,
+                            pack=1,
+                        )
                 else:
                     la, lb, ha, hb = lut
                     if KBITS == 4:
                         a0, a1, a2, a3 = _words4(k0, LT)
                         b0, b1, b2, b3 = _words4(k3, LT)
+                        words = ((a0, a1, b0, b1), (a2, a3, b2, b3))
+                    else:
+                        words = ((k0, k1, k2, k3, k4, k5), (k0, k1, k2, k3, k4, k5))
+                    if NCT == 1:
                         c0, c1, c2, c3, sq0, sq1 = gl.inline_asm_elementwise(
-                            _QK4,
-                            _QK4_C,
-                            [a0, a1, b0, b1, la, lb, ha, hb, q0, q1, q2, q3, q4, q5, q6, q7, zc, zc, zc, zc, zc, zc],
-                            dtype=(gl.float32, gl.float32, gl.float32, gl.float32, gl.float32, gl.float32),
+                            _QK4 if KBITS == 4 else _QK3_LO,
+                            _QK4_C if KBITS == 4 else _QK3_C,
+                            words[0] + (la, lb, ha, hb, q0, q1, q2, q3, q4, q5, q6, q7, zc, zc, zc, zc, zc, zc),
+                            dtype=(gl.float32,) * 6,
                             is_pure=True,
                             pack=1,
                         )
                         s00, s01, s10, s11, sq0, sq1 = gl.inline_asm_elementwise(
-                            _QK4,
-                            _QK4_C,
-                            [
-                                a2,
-                                a3,
-                                b2,
-                                b3,
-                                la,
-                                lb,
-                                ha,
-                                hb,
-                                q8,
-                                q9,
-                                q10,
-                                q11,
-                                q12,
-                                q13,
-                                q14,
-                                q15,
-                                c0,
-                                c1,
-                                c2,
-                                c3,
-                                sq0,
-                                sq1,
-                            ],
-                            dtype=(gl.float32, gl.float32, gl.float32, gl.float32, gl.float32, gl.float32),
+                            _QK4 if KBITS == 4 else _QK3_HI,
+                            _QK4_C if KBITS == 4 else _QK3_C,
+                            words[1] + (la, lb, ha, hb, q8, q9, q10, q11, q12, q13, q14, q15, c0, c1, c2, c3, sq0, sq1),
+                            dtype=(gl.float32,) * 6,
                             is_pure=True,
                             pack=1,
                         )
                     else:
-                        c0, c1, c2, c3, sq0, sq1 = gl.inline_asm_elementwise(
-                            _QK3_LO,
-                            _QK3_C,
-                            [
-                                k0,
-                                k1,
-                                k2,
-                                k3,
-                                k4,
-                                k5,
-                                la,
-                                lb,
-                                ha,
-                                hb,
-                                q0,
-                                q1,
-                                q2,
-                                q3,
-                                q4,
-                                q5,
-                                q6,
-                                q7,
-                                zc,
-                                zc,
-                                zc,
-                                zc,
-                                zc,
-                                zc,
-                            ],
-                            dtype=(gl.float32, gl.float32, gl.float32, gl.float32, gl.float32, gl.float32),
+                        c0, c1, c2, c3, d0, d1, d2, d3, sq0, sq1 = gl.inline_asm_elementwise(
+                            _QK4_2 if KBITS == 4 else _QK3_LO2,
+                            _QK4_2C if KBITS == 4 else _QK3_2C,
+                            words[0]
+                            + (la, lb, ha, hb, q0, q1, q2, q3, q4, q5, q6, q7, p0, p1, p2, p3, p4, p5, p6, p7)
+                            + (zc, zc, zc, zc, zc, zc, zc, zc, zc, zc),
+                            dtype=(gl.float32,) * 10,
                             is_pure=True,
                             pack=1,
                         )
-                        s00, s01, s10, s11, sq0, sq1 = gl.inline_asm_elementwise(
-                            _QK3_HI,
-                            _QK3_C,
-                            [
-                                k0,
-                                k1,
-                                k2,
-                                k3,
-                                k4,
-                                k5,
-                                la,
-                                lb,
-                                ha,
-                                hb,
-                                q8,
-                                q9,
-                                q10,
-                                q11,
-                                q12,
-                                q13,
-                                q14,
-                                q15,
-                                c0,
-                                c1,
-                                c2,
-                                c3,
-                                sq0,
-                                sq1,
-                            ],
-                            dtype=(gl.float32, gl.float32, gl.float32, gl.float32, gl.float32, gl.float32),
+                        s00, s01, s10, s11, t00, t01, t10, t11, sq0, sq1 = gl.inline_asm_elementwise(
+                            _QK4_2 if KBITS == 4 else _QK3_HI2,
+                            _QK4_2C if KBITS == 4 else _QK3_2C,
+                            words[1]
+                            + (la, lb, ha, hb, q8, q9, q10, q11, q12, q13, q14, q15)
+                            + (p8, p9, p10, p11, p12, p13, p14, p15, c0, c1, c2, c3, d0, d1, d2, d3, sq0, sq1),
+                            dtype=(gl.float32,) * 10,
                             is_pure=True,
                             pack=1,
                         )
@@ -637,30 +869,18 @@ def token_rows_attention_kernel(
                     s01 = s01 * kf0
                     s10 = s10 * kf1
                     s11 = s11 * kf1
+                    if NCT == 2:
+                        t00 = t00 * kf0
+                        t01 = t01 * kf0
+                        t10 = t10 * kf1
+                        t11 = t11 * kf1
                 if start + BLOCK_KV > unmasked_hi:
                     pos0 = start + ti * 16 + gi
                     pos1 = pos0 + 8
-                    s00 = gl.where((pos0 < hi) & (pos0 <= row_pos0[:, :, None]) & ok0[:, :, None], s00, float("-inf"))
-                    s01 = gl.where((pos0 < hi) & (pos0 <= row_pos1[:, :, None]) & ok1[:, :, None], s01, float("-inf"))
-                    s10 = gl.where((pos1 < hi) & (pos1 <= row_pos0[:, :, None]) & ok0[:, :, None], s10, float("-inf"))
-                    s11 = gl.where((pos1 < hi) & (pos1 <= row_pos1[:, :, None]) & ok1[:, :, None], s11, float("-inf"))
-                # online_softmax's tile step, per column (a column's 8 lanes hold its tokens)
-                t_0 = gl.max(gl.max(gl.maximum(s00, s10), axis=2), axis=0)[None, :] * q_scale
-                t_1 = gl.max(gl.max(gl.maximum(s01, s11), axis=2), axis=0)[None, :] * q_scale
-                mn_0 = gl.where(t_0 > m_0 + 8.0, t_0, m_0)
-                mn_1 = gl.where(t_1 > m_1 + 8.0, t_1, m_1)
-                mr_0 = gl.where(mn_0 == float("-inf"), 0.0, mn_0)
-                mr_1 = gl.where(mn_1 == float("-inf"), 0.0, mn_1)
-                al_0 = gl.where(mn_0 == m_0, 1.0, gl.exp2(m_0 - mr_0))
-                al_1 = gl.where(mn_1 == m_1, 1.0, gl.exp2(m_1 - mr_1))
-                p00 = gl.exp2(s00 * q_scale - mr_0[:, :, None])
-                p01 = gl.exp2(s01 * q_scale - mr_1[:, :, None])
-                p10 = gl.exp2(s10 * q_scale - mr_0[:, :, None])
-                p11 = gl.exp2(s11 * q_scale - mr_1[:, :, None])
-                l_0 = l_0 * al_0 + gl.sum(p00 + p10, axis=2)
-                l_1 = l_1 * al_1 + gl.sum(p01 + p11, axis=2)
-                m_0 = mn_0
-                m_1 = mn_1
+                    s00, s01, s10, s11 = _masked(s00, s01, s10, s11, pos0, pos1, hi, cols0)
+                    if NCT == 2:
+                        t00, t01, t10, t11 = _masked(t00, t01, t10, t11, pos0, pos1, hi, cols1)
+                # the value scales' reference, shared by the column tiles
                 vsf0 = vs0.to(gl.float32)
                 vsf1 = vs1.to(gl.float32)
                 smax = gl.max(gl.max(gl.maximum(vsf0, vsf1), axis=2), axis=0)[None, :]
@@ -668,20 +888,16 @@ def token_rows_attention_kernel(
                 f_new = gl.where(f_new > 0, f_new, 1.0)
                 fr = f_i / f_new
                 f_i = f_new
-                w0 = vsf0 / f_new[:, :, None]
-                w1 = vsf1 / f_new[:, :, None]
                 mid0 = vz0.to(gl.float32) + vsf0 * 8.0
                 mid1 = vz1.to(gl.float32) + vsf1 * 8.0
-                r_0 = r_0 * al_0 + gl.sum(p00 * mid0 + p10 * mid1, axis=2)
-                r_1 = r_1 * al_1 + gl.sum(p01 * mid0 + p11 * mid1, axis=2)
-                # the probabilities times the value scales, as the value product's B registers
-                bt0 = _pair_t(p00 * w0, p01 * w0)  # tokens 2 c, 2 c + 1 of column g
-                bt1 = _pair_t(p10 * w1, p11 * w1)  # tokens 2 c + 8, 2 c + 9
-                fa0 = gl.convert_layout(al_0 * fr, gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None]
-                fa1 = gl.convert_layout(al_1 * fr, gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None]
-                acc = (acc[0] * fa0, acc[1] * fa1, acc[2] * fa0, acc[3] * fa1)
+                values = (vsf0 / f_new[:, :, None], vsf1 / f_new[:, :, None], mid0, mid1, fr)
+                state0, acc, bt0, bt1 = _softmax_columns(s00, s01, s10, s11, state0, acc, q_scale, values, LU)
                 x0 = _tiles(bt0, MT, L2)
                 x1 = _tiles(bt1, MT, L2)
+                if NCT == 2:
+                    state1, acc_b, bu0, bu1 = _softmax_columns(t00, t01, t10, t11, state1, acc_b, q_scale, values, LU)
+                    y0 = _tiles(bu0, MT, L2)
+                    y1 = _tiles(bu1, MT, L2)
                 va0 = _tiles(v0, MT, L2)
                 va1 = _tiles(v1, MT, L2)
                 vb0 = _tiles(v2, MT, L2)
@@ -691,62 +907,84 @@ def token_rows_attention_kernel(
                 vd0 = _tiles(v6, MT, L2)
                 vd1 = _tiles(v7, MT, L2)
                 for t in gl.static_range(MT):
-                    acc = _pv_tile(
-                        acc,
-                        (
-                            gl.convert_layout(va0[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
-                            gl.convert_layout(vb0[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
-                            gl.convert_layout(vc0[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
-                            gl.convert_layout(vd0[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
-                        ),
-                        (
-                            gl.convert_layout(va1[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
-                            gl.convert_layout(vb1[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
-                            gl.convert_layout(vc1[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
-                            gl.convert_layout(vd1[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
-                        ),
-                        sel_u,
-                        lo_u,
-                        gl.convert_layout(x0[t], gl.SliceLayout(2, LU), assert_trivial=True),
-                        gl.convert_layout(x1[t], gl.SliceLayout(2, LU), assert_trivial=True),
-                        LU,
+                    v_lo = (
+                        gl.convert_layout(va0[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+                        gl.convert_layout(vb0[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+                        gl.convert_layout(vc0[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+                        gl.convert_layout(vd0[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
                     )
+                    v_hi = (
+                        gl.convert_layout(va1[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+                        gl.convert_layout(vb1[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+                        gl.convert_layout(vc1[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+                        gl.convert_layout(vd1[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+                    )
+                    pb0 = gl.convert_layout(x0[t], gl.SliceLayout(2, LU), assert_trivial=True)
+                    pb1 = gl.convert_layout(x1[t], gl.SliceLayout(2, LU), assert_trivial=True)
+                    if NCT == 1:
+                        acc = _pv_tile(acc, v_lo, v_hi, sel_u, lo_u, pb0, pb1)
+                    else:
+                        acc, acc_b = _pv_tile2(
+                            acc,
+                            acc_b,
+                            v_lo,
+                            v_hi,
+                            sel_u,
+                            lo_u,
+                            pb0,
+                            pb1,
+                            gl.convert_layout(y0[t], gl.SliceLayout(2, LU), assert_trivial=True),
+                            gl.convert_layout(y1[t], gl.SliceLayout(2, LU), assert_trivial=True),
+                        )
 
-            # each column's sums over its 8 lanes
-            lt_0 = gl.sum(l_0, axis=0)[None, :] + gi2 * 0.0
-            lt_1 = gl.sum(l_1, axis=0)[None, :] + gi2 * 0.0
-            rt_0 = gl.sum(r_0, axis=0)[None, :] + gi2 * 0.0
-            rt_1 = gl.sum(r_1, axis=0)[None, :] + gi2 * 0.0
-            fa_0, fb_0 = _output_factors(lt_0, rt_0, f_i, q_bad0)
-            fa_1, fb_1 = _output_factors(lt_1, rt_1, f_i, q_bad1)
-            # column j's 16 head_dim positions: element 2 u + (row g + 8)
-            o_0 = gl.reshape(gl.join(acc[0], acc[2]), [8, 4, 16])
-            o_1 = gl.reshape(gl.join(acc[1], acc[3]), [8, 4, 16])
-            o_0 = gl.convert_layout(o_0, L16) * gl.convert_layout(fa_0, gl.SliceLayout(2, L16))[:, :, None]
-            o_0 = o_0 + gl.convert_layout(fb_0, gl.SliceLayout(2, L16))[:, :, None]
-            o_1 = gl.convert_layout(o_1, L16) * gl.convert_layout(fa_1, gl.SliceLayout(2, L16))[:, :, None]
-            o_1 = o_1 + gl.convert_layout(fb_1, gl.SliceLayout(2, L16))[:, :, None]
-            for jj in gl.static_range(2):
-                o_j = o_1 if jj == 1 else o_0
-                tok_j = tok1 if jj == 1 else tok0
-                ok_j = ok1 if jj == 1 else ok0
-                n_j = n1 if jj == 1 else n0
-                q_row = (q_start + tok_j).to(gl.int64)
-                head = h * G + n_j % G_PAD
-                q_row_o = gl.convert_layout(q_row, gl.SliceLayout(2, L16))[:, :, None]
-                head_o = gl.convert_layout(head, gl.SliceLayout(2, L16))[:, :, None]
-                ok_o = gl.convert_layout(ok_j, gl.SliceLayout(2, L16))[:, :, None]
-                if NUM_SPLITS == 1:
-                    gl.store(
-                        Out + q_row_o * stride_ot + head_o * stride_oh + dpos,
-                        o_j.to(Out.dtype.element_ty),
-                        mask=ok_o & (dpos < D),
-                    )
-                else:
-                    slot_o = (q_row_o * NUM_Q_HEADS + head_o) * NUM_SPLITS + split
-                    gl.store(Partial + slot_o * D + dpos, o_j, mask=ok_o & (dpos < D))
-                    m_j = m_1 if jj == 1 else m_0
-                    lt_j = lt_1 if jj == 1 else lt_0
-                    bad_j = q_bad1 if jj == 1 else q_bad0
-                    slot = (q_row * NUM_Q_HEADS + head) * NUM_SPLITS + split
-                    gl.store(Lse + slot, _row_lse(m_j, lt_j, bad_j, SKIP_EMPTY), mask=ok_j & (gi2 == 0))
+            _store_columns(
+                Out,
+                Partial,
+                Lse,
+                acc,
+                state0,
+                f_i,
+                q_bad0,
+                q_bad1,
+                (n0, n1, tok0, tok1, ok0, ok1),
+                q_start,
+                h,
+                split,
+                stride_ot,
+                stride_oh,
+                dpos,
+                gi2,
+                G,
+                G_PAD,
+                NUM_Q_HEADS,
+                NUM_SPLITS,
+                D,
+                SKIP_EMPTY,
+                L16,
+            )
+            if NCT == 2:
+                _store_columns(
+                    Out,
+                    Partial,
+                    Lse,
+                    acc_b,
+                    state1,
+                    f_i,
+                    q_bad8,
+                    q_bad9,
+                    (n0 + 8, n1 + 8, tok8, tok9, ok8, ok9),
+                    q_start,
+                    h,
+                    split,
+                    stride_ot,
+                    stride_oh,
+                    dpos,
+                    gi2,
+                    G,
+                    G_PAD,
+                    NUM_Q_HEADS,
+                    NUM_SPLITS,
+                    D,
+                    SKIP_EMPTY,
+                    L16,
+                )

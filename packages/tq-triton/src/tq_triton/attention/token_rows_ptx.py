@@ -89,46 +89,66 @@ def _numbered(text: str, names: dict[str, int]) -> str:
     return text
 
 
-def _qk_block(body: list[str], regs: str, c_in: int) -> str:
-    """A codebook-key score block: its registers, the ``C`` fragment read from ``$c_in ..
-    $c_in + 3`` and the two sums of squares from the next two operands, ``body``, then
-    ``$0..$3`` the fragment and ``$4``, ``$5`` the sums."""
+def _qk_block(body: list[str], regs: str, c_in: int, nct: int) -> str:
+    """A codebook-key score block of ``nct`` column tiles: its registers, the ``C`` fragments
+    read from ``$c_in ..`` (four per column tile) and the two sums of squares from the next two
+    operands, ``body``, then ``$0 ..`` the fragments and the two sums after them."""
+    c = 4 * nct
     return "\n".join(
         [
             "{",
             regs,
             ".reg .b16 q0, q1;",
-            ".reg .f32 f0, f1, sg, sk, c0, c1, c2, c3;",
-            *(f"mov.f32 c{i}, ${c_in + i};" for i in range(4)),
-            f"mov.f32 sg, ${c_in + 4};",
-            f"mov.f32 sk, ${c_in + 5};",
+            f".reg .f32 f0, f1, sg, sk, {', '.join(f'c{i}' for i in range(c))};",
+            *(f"mov.f32 c{i}, ${c_in + i};" for i in range(c)),
+            f"mov.f32 sg, ${c_in + c};",
+            f"mov.f32 sk, ${c_in + c + 1};",
             *body,
-            *(f"mov.f32 ${i}, c{i};" for i in range(4)),
-            "mov.f32 $4, sg;",
-            "mov.f32 $5, sk;",
+            *(f"mov.f32 ${i}, c{i};" for i in range(c)),
+            f"mov.f32 ${c}, sg;",
+            f"mov.f32 ${c + 1}, sk;",
             "}",
         ]
     )
 
 
-def qk3_ptx(half: int) -> str:
-    """Four steps (``4 half .. 4 half + 3``) of ``S^T`` for 3-bit codebook keys. Outputs:
-    ``$0..$3`` the ``C`` fragment, ``$4``, ``$5`` the sums of squared centroids of key rows
-    ``g`` and ``g + 8`` so far. Inputs: ``$6..$8`` the chunk words of row ``g``, ``$9..$11``
-    of row ``g + 8``, ``$12..$15`` the register table (``key_lut.lut_words``), ``$16..$23``
-    the query's ``B`` registers of the four steps, ``$24..$27`` the ``C`` fragment so far,
-    ``$28``, ``$29`` the sums so far."""
+def _mmas(a: str, b_first: int, nct: int) -> list[str]:
+    """One ``m16n8k16`` step of A registers ``a`` into each of ``nct`` column tiles: tile ``k``
+    multiplies ``B`` registers ``$b_first + 8 k`` and ``+ 1`` (a block's four steps take
+    eight per column tile) into ``C`` registers ``c4k .. c4k+3``."""
+    return [
+        f"{MMA} {{c{4 * k}, c{4 * k + 1}, c{4 * k + 2}, c{4 * k + 3}}}, {{{a}}}, "
+        f"{{${b_first + 8 * k}, ${b_first + 8 * k + 1}}}, {{c{4 * k}, c{4 * k + 1}, c{4 * k + 2}, c{4 * k + 3}}};"
+        for k in range(nct)
+    ]
+
+
+def qk3_ptx(half: int, nct: int = 1) -> str:
+    """Four steps (``4 half .. 4 half + 3``) of ``S^T`` for 3-bit codebook keys into ``nct``
+    column tiles of 8 queries. With ``n = 4 nct`` and ``o = n + 2``: outputs ``$0..$(n-1)`` the
+    ``C`` fragments (four per column tile), ``$n``, ``$(n+1)`` the sums of squared centroids of
+    key rows ``g`` and ``g + 8`` so far. Inputs: ``$o..$(o+2)`` the chunk words of row ``g``,
+    ``$(o+3)..$(o+5)`` of row ``g + 8``, ``$(o+6)..$(o+9)`` the register table
+    (``key_lut.lut_words``), then eight ``B`` registers per column tile (the query's, of the
+    four steps), the ``C`` fragments so far and the two sums so far."""
+    n = 4 * nct
+    o = n + 2
+    w = (f"${o}", f"${o + 1}", f"${o + 2}"), (f"${o + 3}", f"${o + 4}", f"${o + 5}")
     body = []
     for s in range(4 * half, 4 * half + 4):
-        body.append(_lookup3(s, ("$6", "$7", "$8"), "ag", "bg", "sg"))
-        body.append(_lookup3(s, ("$9", "$10", "$11"), "ak", "bk", "sk"))
-        qb = 16 + 2 * (s - 4 * half)
-        body.append(f"{MMA} {{c0, c1, c2, c3}}, {{ag, ak, bg, bk}}, {{${qb}, ${qb + 1}}}, {{c0, c1, c2, c3}};")
-    text = _qk_block(body, ".reg .b32 x, y, t, l, h, q, ag, bg, ak, bk;", 24)
-    return _numbered(text, {"LA": 12, "LB": 13, "HA": 14, "HB": 15})
+        body.append(_lookup3(s, w[0], "ag", "bg", "sg"))
+        body.append(_lookup3(s, w[1], "ak", "bk", "sk"))
+        body += _mmas("ag, ak, bg, bk", o + 10 + 2 * (s - 4 * half), nct)
+    text = _qk_block(body, ".reg .b32 x, y, t, l, h, q, ag, bg, ak, bk;", o + 10 + 8 * nct, nct)
+    return _numbered(text, {"LA": o + 6, "LB": o + 7, "HA": o + 8, "HB": o + 9})
 
 
-QK3_CONSTRAINTS = "=f,=f,=f,=f,=f,=f," + ",".join(["r"] * 18) + ",f,f,f,f,f,f"
+def qk3_constraints(nct: int = 1) -> str:
+    """:func:`qk3_ptx`'s operand constraints."""
+    return ",".join(["=f"] * (4 * nct + 2) + ["r"] * (10 + 8 * nct) + ["f"] * (4 * nct + 2))
+
+
+QK3_CONSTRAINTS = qk3_constraints()
 
 
 def _lookup4(word: str, msel: str, high: bool, a: str, b: str, sq: str) -> str:
@@ -169,97 +189,125 @@ xor.b32 t, {word}, t;
 and.b32 {out}, t, 0x77777777;"""
 
 
-def qk4_ptx() -> str:
-    """Four steps of ``S^T`` for 4-bit codebook keys of a symmetric codebook: two words (8
-    codes each) per key row, step ``2 w + h`` on word ``w``'s codes ``4 h .. 4 h + 3``.
-    Outputs as :func:`qk3_ptx`'s. Inputs: ``$6``, ``$7`` the words of row ``g``, ``$8``, ``$9``
-    of row ``g + 8``, ``$10..$13`` the register table of the magnitudes, ``$14..$21`` the
-    query's ``B`` registers of the four steps, ``$22..$25`` the ``C`` fragment so far, ``$26``,
-    ``$27`` the sums so far."""
+def qk4_ptx(nct: int = 1) -> str:
+    """Four steps of ``S^T`` for 4-bit codebook keys of a symmetric codebook into ``nct``
+    column tiles: two words (8 codes each) per key row, step ``2 w + h`` on word ``w``'s codes
+    ``4 h .. 4 h + 3``. Outputs as :func:`qk3_ptx`'s. Inputs, from ``o = 4 nct + 2``:
+    ``$o``, ``$(o+1)`` the words of row ``g``, ``$(o+2)``, ``$(o+3)`` of row ``g + 8``,
+    ``$(o+4)..$(o+7)`` the register table of the magnitudes, then eight ``B`` registers per
+    column tile, the ``C`` fragments so far and the two sums so far."""
+    n = 4 * nct
+    o = n + 2
     body = []
     for w in range(2):
-        body.append(_magnitudes(f"${6 + w}", "mg"))
-        body.append(_magnitudes(f"${8 + w}", "mk"))
+        body.append(_magnitudes(f"${o + w}", "mg"))
+        body.append(_magnitudes(f"${o + 2 + w}", "mk"))
         for hh in range(2):
-            body.append(_lookup4(f"${6 + w}", "mg", bool(hh), "ag", "bg", "sg"))
-            body.append(_lookup4(f"${8 + w}", "mk", bool(hh), "ak", "bk", "sk"))
-            qb = 14 + 2 * (2 * w + hh)
-            body.append(f"{MMA} {{c0, c1, c2, c3}}, {{ag, ak, bg, bk}}, {{${qb}, ${qb + 1}}}, {{c0, c1, c2, c3}};")
-    text = _qk_block(body, ".reg .b32 x, y, t, l, h, q, ag, bg, ak, bk, mg, mk;", 22)
-    return _numbered(text, {"LA": 10, "LB": 11, "HA": 12, "HB": 13})
+            body.append(_lookup4(f"${o + w}", "mg", bool(hh), "ag", "bg", "sg"))
+            body.append(_lookup4(f"${o + 2 + w}", "mk", bool(hh), "ak", "bk", "sk"))
+            body += _mmas("ag, ak, bg, bk", o + 8 + 2 * (2 * w + hh), nct)
+    text = _qk_block(body, ".reg .b32 x, y, t, l, h, q, ag, bg, ak, bk, mg, mk;", o + 8 + 8 * nct, nct)
+    return _numbered(text, {"LA": o + 4, "LB": o + 5, "HA": o + 6, "HB": o + 7})
 
 
-QK4_CONSTRAINTS = "=f,=f,=f,=f,=f,=f," + ",".join(["r"] * 16) + ",f,f,f,f,f,f"
+def qk4_constraints(nct: int = 1) -> str:
+    """:func:`qk4_ptx`'s operand constraints."""
+    return ",".join(["=f"] * (4 * nct + 2) + ["r"] * (8 + 8 * nct) + ["f"] * (4 * nct + 2))
 
 
-def qk8_ptx() -> str:
-    """Four steps of ``S^T`` for fp8 (e4m3) keys: each word holds 4 head_dim positions,
-    converted as two fp16 pairs. Outputs ``$0..$3`` the ``C`` fragment. Inputs: ``$4..$7``
-    four words of key row ``g``, ``$8..$11`` of row ``g + 8``, ``$12..$19`` the query's
-    ``B`` registers of the four steps, ``$20..$23`` the ``C`` fragment so far."""
+QK4_CONSTRAINTS = qk4_constraints()
+
+
+def qk8_ptx(nct: int = 1) -> str:
+    """Four steps of ``S^T`` for fp8 (e4m3) keys into ``nct`` column tiles: each word holds 4
+    head_dim positions, converted as two fp16 pairs. With ``n = 4 nct``: outputs ``$0..$(n-1)``
+    the ``C`` fragments. Inputs: ``$n..$(n+3)`` four words of key row ``g``, ``$(n+4)..$(n+7)``
+    of row ``g + 8``, then eight ``B`` registers per column tile (the query's, of the four
+    steps) and the ``C`` fragments so far."""
+    n = 4 * nct
     body = []
     for k in range(4):
         body += [
-            f"mov.b32 {{lo, hi}}, ${4 + k};",
+            f"mov.b32 {{lo, hi}}, ${n + k};",
             "cvt.rn.f16x2.e4m3x2 ag, lo;",
             "cvt.rn.f16x2.e4m3x2 bg, hi;",
-            f"mov.b32 {{lo, hi}}, ${8 + k};",
+            f"mov.b32 {{lo, hi}}, ${n + 4 + k};",
             "cvt.rn.f16x2.e4m3x2 ak, lo;",
             "cvt.rn.f16x2.e4m3x2 bk, hi;",
-            f"{MMA} {{c0, c1, c2, c3}}, {{ag, ak, bg, bk}}, {{${12 + 2 * k}, ${13 + 2 * k}}}, {{c0, c1, c2, c3}};",
+            *_mmas("ag, ak, bg, bk", n + 8 + 2 * k, nct),
         ]
+    c_in = n + 8 + 8 * nct
     return "\n".join(
         [
             "{",
             ".reg .b32 ag, bg, ak, bk;",
             ".reg .b16 lo, hi;",
-            ".reg .f32 c0, c1, c2, c3;",
-            "mov.f32 c0, $20;",
-            "mov.f32 c1, $21;",
-            "mov.f32 c2, $22;",
-            "mov.f32 c3, $23;",
+            f".reg .f32 {', '.join(f'c{i}' for i in range(n))};",
+            *(f"mov.f32 c{i}, ${c_in + i};" for i in range(n)),
             *body,
-            "mov.f32 $0, c0;",
-            "mov.f32 $1, c1;",
-            "mov.f32 $2, c2;",
-            "mov.f32 $3, c3;",
+            *(f"mov.f32 ${i}, c{i};" for i in range(n)),
             "}",
         ]
     )
 
 
-QK8_CONSTRAINTS = "=f,=f,=f,=f," + ",".join(["r"] * 16) + ",f,f,f,f"
+def qk8_constraints(nct: int = 1) -> str:
+    """:func:`qk8_ptx`'s operand constraints."""
+    return ",".join(["=f"] * (4 * nct) + ["r"] * (8 + 8 * nct) + ["f"] * (4 * nct))
 
 
-def pv4_ptx() -> str:
-    """One 16-token step of ``O^T`` for 4-bit values, one row tile. Outputs ``$0..$3`` the
-    ``C`` fragment. Inputs: ``$4``, ``$5`` the value word of tokens ``2 c`` and ``2 c + 1``
-    that holds this row tile's positions, ``$6``, ``$7`` those of tokens ``2 c + 8``,
-    ``2 c + 9``, ``$8`` the byte selector (the row tile's byte of the word in bytes 0 and 2
-    of the permute), ``$9``, ``$10`` the probabilities' ``B`` registers, ``$11..$14`` the
-    ``C`` fragment so far. A low nibble becomes the fp16 ``1024 + code`` (``lop3`` with
-    ``0x6400``) minus 1032; a high nibble ``1024 + 16 code``, times 1/16 minus 72 in one
-    ``fma``: both are ``code - 8``, exact."""
-    return f"""{{
-.reg .b32 x, a0, a1, a2, a3, k0, k1, k2;
-mov.b32 k0, {_V_BIAS:#x};
-mov.b32 k1, {_V_SIXTEENTH:#x};
-mov.b32 k2, {_V_HI_BIAS:#x};
-prmt.b32 x, $4, $5, $8;
-lop3.b32 a0, x, 0x000F000F, 0x64006400, 0xEA;
-sub.rn.f16x2 a0, a0, k0;
-lop3.b32 a1, x, 0x00F000F0, 0x64006400, 0xEA;
-fma.rn.f16x2 a1, a1, k1, k2;
-prmt.b32 x, $6, $7, $8;
-lop3.b32 a2, x, 0x000F000F, 0x64006400, 0xEA;
-sub.rn.f16x2 a2, a2, k0;
-lop3.b32 a3, x, 0x00F000F0, 0x64006400, 0xEA;
-fma.rn.f16x2 a3, a3, k1, k2;
-{MMA} {{$0, $1, $2, $3}}, {{a0, a1, a2, a3}}, {{$9, $10}}, {{$11, $12, $13, $14}};
-}}"""
+QK8_CONSTRAINTS = qk8_constraints()
 
 
-PV4_CONSTRAINTS = "=f,=f,=f,=f," + ",".join(["r"] * 7) + ",f,f,f,f"
+def pv4_ptx(nct: int = 1) -> str:
+    """One 16-token step of ``O^T`` for 4-bit values, one row tile, into ``nct`` column tiles.
+    With ``n = 4 nct``: outputs ``$0..$(n-1)`` the ``C`` fragments (four per column tile).
+    Inputs: ``$n``, ``$(n+1)`` the value word of tokens ``2 c`` and ``2 c + 1`` that holds this
+    row tile's positions, ``$(n+2)``, ``$(n+3)`` those of tokens ``2 c + 8``, ``2 c + 9``,
+    ``$(n+4)`` the byte selector (the row tile's byte of the word in bytes 0 and 2 of the
+    permute), then the probabilities' two ``B`` registers per column tile and the ``C``
+    fragments so far. A low nibble becomes the fp16 ``1024 + code`` (``lop3`` with ``0x6400``)
+    minus 1032; a high nibble ``1024 + 16 code``, times 1/16 minus 72 in one ``fma``: both are
+    ``code - 8``, exact."""
+    n = 4 * nct
+    b = n + 5
+    c_in = b + 2 * nct
+    mmas = [
+        f"{MMA} {{${4 * k}, ${4 * k + 1}, ${4 * k + 2}, ${4 * k + 3}}}, {{a0, a1, a2, a3}}, "
+        f"{{${b + 2 * k}, ${b + 2 * k + 1}}}, {{${c_in + 4 * k}, ${c_in + 4 * k + 1}, ${c_in + 4 * k + 2}, "
+        f"${c_in + 4 * k + 3}}};"
+        for k in range(nct)
+    ]
+    return "\n".join(
+        [
+            "{",
+            ".reg .b32 x, a0, a1, a2, a3, k0, k1, k2;",
+            f"mov.b32 k0, {_V_BIAS:#x};",
+            f"mov.b32 k1, {_V_SIXTEENTH:#x};",
+            f"mov.b32 k2, {_V_HI_BIAS:#x};",
+            f"prmt.b32 x, ${n}, ${n + 1}, ${n + 4};",
+            "lop3.b32 a0, x, 0x000F000F, 0x64006400, 0xEA;",
+            "sub.rn.f16x2 a0, a0, k0;",
+            "lop3.b32 a1, x, 0x00F000F0, 0x64006400, 0xEA;",
+            "fma.rn.f16x2 a1, a1, k1, k2;",
+            f"prmt.b32 x, ${n + 2}, ${n + 3}, ${n + 4};",
+            "lop3.b32 a2, x, 0x000F000F, 0x64006400, 0xEA;",
+            "sub.rn.f16x2 a2, a2, k0;",
+            "lop3.b32 a3, x, 0x00F000F0, 0x64006400, 0xEA;",
+            "fma.rn.f16x2 a3, a3, k1, k2;",
+            *mmas,
+            "}",
+        ]
+    )
+
+
+def pv4_constraints(nct: int = 1) -> str:
+    """:func:`pv4_ptx`'s operand constraints."""
+    return ",".join(["=f"] * (4 * nct) + ["r"] * (5 + 2 * nct) + ["f"] * (4 * nct))
+
+
+PV4_CONSTRAINTS = pv4_constraints()
+
 
 # two float32 (columns 2 c and 2 c + 1 of an 8 x 8 quarter of C) to an fp16 pair, then the
 # quarter transposed: the thread then holds rows 2 c, 2 c + 1 of column g, a B register
