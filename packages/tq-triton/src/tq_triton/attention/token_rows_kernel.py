@@ -1,6 +1,7 @@
 """The token-rows attention kernel (Gluon, NVIDIA): scores as ``S^T = K Q^T`` with the
-tile's tokens on the matrix unit's rows, for launches of at most 8 query columns (a GQA
-group's q heads, padded to a power of two, times the query tokens of a program).
+tile's tokens on the matrix unit's rows, for launches of 8 or 16 query columns (a GQA
+group's q heads, padded to a power of two, times the query tokens of a program): one or two
+column tiles of 8, which share each decoded key chunk and value word.
 
 Same arguments, results and memory rules as ``gluon_kernel.gluon_attention_kernel``, for
 fp8, 3- or 4-bit codebook keys with uniform 4-bit values (k8v4, k3v4_nc, 4bit_nc) at head_dim
@@ -694,6 +695,7 @@ def token_rows_attention_kernel(
             m_0 = gl.full([8, 4], float("-inf"), gl.float32, L2)
             zero = gl.zeros([8, 4], gl.float32, L2)
             state0 = (m_0, m_0, zero, zero, zero, zero)
+            f_i = zero  # the value scales' reference (set by the first tile)
             acc = (
                 gl.zeros([8, 4, 8], gl.float32, LU),
                 gl.zeros([8, 4, 8], gl.float32, LU),
@@ -725,7 +727,6 @@ def token_rows_attention_kernel(
                 cols1 = (seq_len - q_len + tok8, seq_len - q_len + tok9, ok8, ok9)
                 state1 = state0
                 acc_b = acc
-            f_i = zero  # the value scales' reference (set by the first tile)
             hi = gl.minimum(kv_hi, seq_len - q_len + gl.minimum(qc + BLOCK_Q, q_len))
             unmasked_hi = gl.minimum(hi, seq_len - q_len + qc + 1)
             where = (bt_row, stride_bc, head_base, stride_blk, hi, last_block)

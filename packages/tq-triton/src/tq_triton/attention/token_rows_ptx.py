@@ -5,8 +5,10 @@ written per thread, so that decoded keys and values go from the code words to th
 The kernel computes the scores transposed, ``S^T = K Q^T``: the tile's tokens are the rows
 of the ``m16n8k16`` product (16 per step) and its queries the 8 columns, so a decode step
 of one query token with 4 q heads per kv head pads 4 columns of 8, where ``Q K^T`` pads 12
-rows of 16. A thread of the warp is lane ``4 g + c`` (``g`` 0..7, ``c`` 0..3); the
-fragments of the product (PTX ISA, "Matrix Fragments for mma.m16n8k16") then hold:
+rows of 16. A block may multiply the same decoded ``A`` registers into ``nct`` column tiles
+of 8 queries each (``nct`` 1 or 2), one ``mma.sync`` per tile. A thread of the warp is lane
+``4 g + c`` (``g`` 0..7, ``c`` 0..3); the fragments of the product (PTX ISA, "Matrix
+Fragments for mma.m16n8k16") then hold:
 
 - ``A`` (16 x 16, four 32-bit registers): rows ``g`` and ``g + 8``, columns ``2 c, 2 c + 1``
   (registers 0 and 1) and ``2 c + 8, 2 c + 9`` (registers 2 and 3);
