@@ -483,7 +483,9 @@ def test_shipped_h200_token_rows_kernel_at_head_dim_128(preset, head_dim, q_len,
     p = tq_core.get_preset(preset)
     fields = p.kernel_fields(p.block_layout(head_dim, 16, 8)).constexprs()
     lp = plan.plan_attention(facts, p, fields, 32, 8, 32, q_len, 16)
-    wanted = head_dim == 128 and preset in plan.TOKEN_ROWS_PRESETS and plan.gluon_available()
+    # 3bit_nc: the kernel takes it, the table does not ask for it (not timed yet)
+    shipped = ("turboquant_k8v4", "turboquant_k3v4_nc", "turboquant_4bit_nc")
+    wanted = head_dim == 128 and preset in shipped and plan.gluon_available()
     assert lp.token_rows == wanted
     if wanted:
         assert lp.block_q * 4 == (16 if q_len == 4 else 8) and lp.splits > 1

@@ -46,6 +46,9 @@ COMPILED = [
     ("turboquant_4bit_nc", 4, 32, 16),
     ("turboquant_4bit_nc", 8, 64, 1, 1),
     ("turboquant_4bit_nc", 4, 64, 16, 0, 16),
+    ("turboquant_3bit_nc", 4, 32, 16),
+    ("turboquant_3bit_nc", 8, 16, 1, 1),
+    ("turboquant_3bit_nc", 4, 32, 16, 0, 16),
 ]
 
 
@@ -103,7 +106,7 @@ def test_the_plan_picks_it_only_where_it_applies():
             assert lp.key_table
     assert not _plan(token_rows=0).token_rows
     refusals = {
-        "turboquant_3bit_nc: the token-rows kernel decodes": dict(preset="turboquant_3bit_nc"),
+        "tq_k4v3: the token-rows kernel decodes": dict(preset="tq_k4v3"),
         "q_len 8 times 4 q heads": dict(longest=8),
         "q_len 4 times 8 q heads": dict(group=8, longest=4),
         "head_dim 64": dict(head_dim=64),

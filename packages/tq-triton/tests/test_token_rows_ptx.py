@@ -98,12 +98,19 @@ def run_warp(text: str, operands: list[dict[int, int | float]]) -> list[dict[int
                 lo, hi, src = split.groups()
                 regs[lo], regs[hi] = val(regs, src) & 0xFFFF, val(regs, src) >> 16
                 continue
+            joined = re.fullmatch(r"(\S+), \{(\S+), (\S+)\}", args)
+            if op == "mov.b64" and joined:
+                d, lo, hi = joined.groups()
+                regs[d] = val(regs, lo) | (val(regs, hi) << 32)
+                continue
             d, *src = [a.strip() for a in args.split(",")]
             x = [val(regs, a) for a in src]
             if op in ("mov.b32", "mov.f32"):
                 regs[d] = x[0]
-            elif op == "shr.b32":
+            elif op in ("shr.b32", "shr.b64"):
                 regs[d] = x[0] >> x[1]
+            elif op == "cvt.u32.u64":
+                regs[d] = x[0] & MASK
             elif op == "shl.b32":
                 regs[d] = (x[0] << x[1]) & MASK
             elif op == "shf.r.wrap.b32":
@@ -318,4 +325,49 @@ def test_transposed_probabilities_times_4_bit_values(nct):
                     got[16 * g + 2 * u, 8 * k + 2 * c + j] = out[4 * k + j]
                     got[16 * g + 2 * u + 1, 8 * k + 2 * c + j] = out[4 * k + 2 + j]
     want = (codes - 8).T.astype(np.float64) @ p.astype(np.float16).astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("nct", [1, 2])
+def test_transposed_probabilities_times_3_bit_values(nct):
+    # as above for 3-bit values: thread (g, c) holds each of its tokens' codes of head_dim
+    # 16 g .. 16 g + 15 as 48 bits (code e at bit 3 e) in two registers; row tile u takes
+    # codes 2 u (row g) and 2 u + 1 (row g + 8) at shift 6 u
+    gen = np.random.default_rng(7)
+    p = gen.random((16, 8 * nct)).astype(np.float32)
+    codes = gen.integers(0, 8, (16, 128))
+    codes[0] = 7
+    codes[9] = 0
+    codes[4, 16 * np.arange(8) + 10] = 5  # codes that straddle the first register
+    n = 4 * nct
+
+    def bits48(token: int, g: int) -> int:
+        return sum(int(codes[token, 16 * g + e]) << (3 * e) for e in range(16))
+
+    b_regs = []
+    for k in range(nct):
+        b_regs.append([])
+        for h in range(2):
+            ops = []
+            for lane in range(32):
+                g, c = divmod(lane, 4)
+                ops.append({1: float(p[g + 8 * h, 8 * k + 2 * c]), 2: float(p[g + 8 * h, 8 * k + 2 * c + 1])})
+            b_regs[k].append([out[0] for out in run_warp(ptx.PAIR_TRANSPOSED_PTX, ops)])
+    got = np.zeros((128, 8 * nct))
+    for u in range(8):
+        ops = []
+        for lane in range(32):
+            g, c = divmod(lane, 4)
+            vals = []
+            for t in (2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9):
+                vals += [bits48(t, g) & MASK, bits48(t, g) >> 32]
+            vals += [6 * u] + [b_regs[k][h][lane] for k in range(nct) for h in range(2)] + [0.0] * n
+            ops.append({n + i: v for i, v in enumerate(vals)})
+        for lane, out in enumerate(run_warp(ptx.pv3_ptx(nct), ops)):
+            g, c = divmod(lane, 4)
+            for k in range(nct):
+                for j in range(2):
+                    got[16 * g + 2 * u, 8 * k + 2 * c + j] = out[4 * k + j]
+                    got[16 * g + 2 * u + 1, 8 * k + 2 * c + j] = out[4 * k + 2 + j]
+    want = (codes - 4).T.astype(np.float64) @ p.astype(np.float16).astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)

@@ -126,7 +126,12 @@ def gluon_refusal(preset: Preset, head_dim: int, rows: int, block_kv: int, block
 # the token-rows kernel: 8 or 16 query columns per program (one or two column tiles), 16-token
 # row tiles
 TOKEN_ROWS_COLUMNS = 16
-TOKEN_ROWS_PRESETS = ("turboquant_k8v4", "turboquant_k3v4_nc", "turboquant_4bit_nc")
+TOKEN_ROWS_PRESETS = (
+    "turboquant_k8v4",
+    "turboquant_k3v4_nc",
+    "turboquant_4bit_nc",
+    "turboquant_3bit_nc",
+)
 
 
 def token_rows_refusal(
@@ -134,11 +139,12 @@ def token_rows_refusal(
 ) -> str:
     """Why ``token_rows_kernel`` cannot compute a launch the Gluon kernel may run, or ``""``:
     it decodes fp8, 3- and 4-bit codebook keys with uniform 4-bit values (k8v4, k3v4_nc,
-    4bit_nc) at head_dim 128; its 16 query columns must hold the batch's longest q_len
-    (``longest``, rounded up to a power of two) times the q heads per kv head (``group_pad``,
-    padded), so that each program reads the cache once; 16-64 tokens per tile; blocks of at
-    least 16 tokens (a 16-token row tile then lies in one block). A request longer than the
-    ``max_query_len`` hint is still computed correctly, in more query chunks."""
+    4bit_nc) and 3-bit keys with uniform 3-bit values (3bit_nc) at head_dim 128; its 16 query
+    columns must hold the batch's longest q_len (``longest``, rounded up to a power of two)
+    times the q heads per kv head (``group_pad``, padded), so that each program reads the
+    cache once; 16-64 tokens per tile; blocks of at least 16 tokens (a 16-token row tile then
+    lies in one block). A request longer than the ``max_query_len`` hint is still computed
+    correctly, in more query chunks."""
     if preset.name not in TOKEN_ROWS_PRESETS:
         return f"{preset.name}: the token-rows kernel decodes {', '.join(TOKEN_ROWS_PRESETS)}"
     if head_dim != 128:

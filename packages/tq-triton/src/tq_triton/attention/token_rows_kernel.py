@@ -4,8 +4,9 @@ group's q heads, padded to a power of two, times the query tokens of a program):
 column tiles of 8, which share each decoded key chunk and value word.
 
 Same arguments, results and memory rules as ``gluon_kernel.gluon_attention_kernel``, for
-fp8, 3- or 4-bit codebook keys with uniform 4-bit values (k8v4, k3v4_nc, 4bit_nc) at head_dim
-128 and block sizes of at least 16 (``plan.token_rows_refusal``). Where the Gluon kernel decodes a
+fp8, 3- or 4-bit codebook keys with uniform 4-bit values (k8v4, k3v4_nc, 4bit_nc), or 3-bit
+keys with uniform 3-bit values (3bit_nc), at head_dim 128 and block sizes of at least 16
+(``plan.token_rows_refusal``). Where the Gluon kernel decodes a
 tile into shared memory and has each warp read it back as operand fragments, here one warp
 decodes each key chunk and value word straight into the ``mma.sync`` operand registers that
 multiply it (``token_rows_ptx`` says which thread holds what): no shared buffer, no barrier,
@@ -51,6 +52,10 @@ _QK4_2 = gl.constexpr(ptx.qk4_ptx(2))
 _QK4_2C = gl.constexpr(ptx.qk4_constraints(2))
 _QK8_2 = gl.constexpr(ptx.qk8_ptx(2))
 _QK8_2C = gl.constexpr(ptx.qk8_constraints(2))
+_PV3 = gl.constexpr(ptx.pv3_ptx())
+_PV3_C = gl.constexpr(ptx.pv3_constraints())
+_PV3_2 = gl.constexpr(ptx.pv3_ptx(2))
+_PV3_2C = gl.constexpr(ptx.pv3_constraints(2))
 _PV4_2 = gl.constexpr(ptx.pv4_ptx(2))
 _PV4_2C = gl.constexpr(ptx.pv4_constraints(2))
 _PAIR_T = gl.constexpr(ptx.PAIR_TRANSPOSED_PTX)
@@ -153,6 +158,15 @@ def _pair_t(w0, w1):
 
 
 @gluon.jit
+def _bits48(p, mask):
+    """The 48 bits at ``p`` (three half-words, 2-byte aligned) as int32 bits 0-31 and 32-47."""
+    h0 = gl.load(p, mask=mask, other=0).to(gl.int32) & 0xFFFF
+    h1 = gl.load(p + 1, mask=mask, other=0).to(gl.int32) & 0xFFFF
+    h2 = gl.load(p + 2, mask=mask, other=0).to(gl.int32) & 0xFFFF
+    return h0 | (h1 << 16), h2
+
+
+@gluon.jit
 def _load_tile(
     start,
     where,
@@ -169,13 +183,15 @@ def _load_tile(
     ZERO_OFF: gl.constexpr,
     KEY_FP8: gl.constexpr,
     KBITS: gl.constexpr,
+    VBITS: gl.constexpr,
 ):
     """The tile at ``start``: its key words of rows ``g`` and ``g + 8`` of each row tile
-    (3-bit codes: the chunk's three words each, ``[8, 4, MT]``; fp8 or 4-bit codes: the chunk's
-    eight or four words, ``[8, 4, MT, 8 or 4]``, in the first slot), their norms, value scales and zero points
-    ``[8, 1, MT]``, and the value words ``2 g, 2 g + 1`` of tokens ``2 c, 2 c + 1, 2 c + 8,
-    2 c + 9`` ``[8, 4, MT]``. Nothing is read from ``hi`` on; a block id outside
-    ``[0, num_blocks)`` is read as the last block (``gluon_kernel.load_blocks``)."""
+    (3-bit codes: the chunk's three words each, ``[8, 4, MT]``; fp8 or 4-bit codes: the
+    chunk's eight or four words, ``[8, 4, MT, 8 or 4]``, in the first slot), their norms,
+    value scales and zero points ``[8, 1, MT]``, and the value words ``2 g, 2 g + 1`` of
+    tokens ``2 c, 2 c + 1, 2 c + 8, 2 c + 9`` ``[8, 4, MT]`` (3-bit values: those positions'
+    bits 0-31 and 32-47). Nothing is read from ``hi`` on; a block id outside ``[0,
+    num_blocks)`` is read as the last block (``gluon_kernel.load_blocks``)."""
     _, _, head_base, stride_blk, hi, _ = where
     TL: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(1, LT))
     gi = gl.arange(0, 8, layout=gl.SliceLayout(1, gl.SliceLayout(2, LT)))[:, None, None]
@@ -242,25 +258,38 @@ def _load_tile(
     else:
         kn0 = gl.load(f0 + NORM_OFF // 2, mask=m0, other=0.0)
         kn1 = gl.load(f1 + NORM_OFF // 2, mask=m1, other=0.0)
-    # value words 2 g, 2 g + 1 of tokens 2 c, 2 c + 1, 2 c + 8, 2 c + 9
+    # tokens 2 c, 2 c + 1, 2 c + 8, 2 c + 9; 4-bit values: words 2 g, 2 g + 1 of each
+    # (head_dim 16 g .. 16 g + 15); 3-bit values: the same positions' 48 bits, read as the
+    # half-words 3 g .. 3 g + 2 and kept as bits 0-31 and 32-47
     vt = 2 * ci + gi * 0
-    vbase = base + VAL_OFF + gi * 8
-    va = (vbase + (first + vt).to(gl.int64) * VAL_BYTES).to(gl.pointer_type(gl.int32))
-    vb = (vbase + (first + vt + 1).to(gl.int64) * VAL_BYTES).to(gl.pointer_type(gl.int32))
-    vc = (vbase + (first + vt + 8).to(gl.int64) * VAL_BYTES).to(gl.pointer_type(gl.int32))
-    vd = (vbase + (first + vt + 9).to(gl.int64) * VAL_BYTES).to(gl.pointer_type(gl.int32))
     ma = vt < left
     mb = vt + 1 < left
     mc = vt + 8 < left
     md = vt + 9 < left
-    v0 = gl.load(va, mask=ma, other=0)
-    v1 = gl.load(va + 1, mask=ma, other=0)
-    v2 = gl.load(vb, mask=mb, other=0)
-    v3 = gl.load(vb + 1, mask=mb, other=0)
-    v4 = gl.load(vc, mask=mc, other=0)
-    v5 = gl.load(vc + 1, mask=mc, other=0)
-    v6 = gl.load(vd, mask=md, other=0)
-    v7 = gl.load(vd + 1, mask=md, other=0)
+    if VBITS == 3:
+        vbase = base + VAL_OFF + gi * 6
+        va = (vbase + (first + vt).to(gl.int64) * VAL_BYTES).to(gl.pointer_type(gl.int16))
+        vb = (vbase + (first + vt + 1).to(gl.int64) * VAL_BYTES).to(gl.pointer_type(gl.int16))
+        vc = (vbase + (first + vt + 8).to(gl.int64) * VAL_BYTES).to(gl.pointer_type(gl.int16))
+        vd = (vbase + (first + vt + 9).to(gl.int64) * VAL_BYTES).to(gl.pointer_type(gl.int16))
+        v0, v1 = _bits48(va, ma)
+        v2, v3 = _bits48(vb, mb)
+        v4, v5 = _bits48(vc, mc)
+        v6, v7 = _bits48(vd, md)
+    else:
+        vbase = base + VAL_OFF + gi * 8
+        va = (vbase + (first + vt).to(gl.int64) * VAL_BYTES).to(gl.pointer_type(gl.int32))
+        vb = (vbase + (first + vt + 1).to(gl.int64) * VAL_BYTES).to(gl.pointer_type(gl.int32))
+        vc = (vbase + (first + vt + 8).to(gl.int64) * VAL_BYTES).to(gl.pointer_type(gl.int32))
+        vd = (vbase + (first + vt + 9).to(gl.int64) * VAL_BYTES).to(gl.pointer_type(gl.int32))
+        v0 = gl.load(va, mask=ma, other=0)
+        v1 = gl.load(va + 1, mask=ma, other=0)
+        v2 = gl.load(vb, mask=mb, other=0)
+        v3 = gl.load(vb + 1, mask=mb, other=0)
+        v4 = gl.load(vc, mask=mc, other=0)
+        v5 = gl.load(vc + 1, mask=mc, other=0)
+        v6 = gl.load(vd, mask=md, other=0)
+        v7 = gl.load(vd + 1, mask=md, other=0)
     return (k0, k1, k2, k3, k4, k5, kn0, kn1, vs0, vs1, vz0, vz1, v0, v1, v2, v3, v4, v5, v6, v7)
 
 
@@ -310,6 +339,75 @@ def _pv_tile2(acc, acc_b, v_lo, v_hi, sel_u, lo_u, b0, b1, c0, c1):
             wb0,
             wb1,
             sel_u,
+            z + b0[:, :, None],
+            z + b1[:, :, None],
+            z + c0[:, :, None],
+            z + c1[:, :, None],
+            acc[0],
+            acc[1],
+            acc[2],
+            acc[3],
+            acc_b[0],
+            acc_b[1],
+            acc_b[2],
+            acc_b[3],
+        ],
+        dtype=(gl.float32, gl.float32, gl.float32, gl.float32, gl.float32, gl.float32, gl.float32, gl.float32),
+        is_pure=True,
+        pack=1,
+    )
+    return (out[0], out[1], out[2], out[3]), (out[4], out[5], out[6], out[7])
+
+
+@gluon.jit
+def _pv3_tile(acc, v_lo, v_hi, shift_u, b0, b1):
+    """:func:`_pv_tile` for 3-bit values: ``v_lo``, ``v_hi`` bits 0-31 and 32-47 of the
+    thread's positions of tokens ``(2 c, 2 c + 1, 2 c + 8, 2 c + 9)``, ``shift_u`` each row
+    tile's ``6 u``."""
+    z = shift_u * 0
+    return gl.inline_asm_elementwise(
+        _PV3,
+        _PV3_C,
+        [
+            z + v_lo[0],
+            z + v_hi[0],
+            z + v_lo[1],
+            z + v_hi[1],
+            z + v_lo[2],
+            z + v_hi[2],
+            z + v_lo[3],
+            z + v_hi[3],
+            shift_u,
+            z + b0[:, :, None],
+            z + b1[:, :, None],
+            acc[0],
+            acc[1],
+            acc[2],
+            acc[3],
+        ],
+        dtype=(gl.float32, gl.float32, gl.float32, gl.float32),
+        is_pure=True,
+        pack=1,
+    )
+
+
+@gluon.jit
+def _pv3_tile2(acc, acc_b, v_lo, v_hi, shift_u, b0, b1, c0, c1):
+    """:func:`_pv3_tile` into two column tiles at once (as :func:`_pv_tile2`)."""
+    z = shift_u * 0
+    out = gl.inline_asm_elementwise(
+        _PV3_2,
+        _PV3_2C,
+        [
+            z + v_lo[0],
+            z + v_hi[0],
+            z + v_lo[1],
+            z + v_hi[1],
+            z + v_lo[2],
+            z + v_hi[2],
+            z + v_lo[3],
+            z + v_hi[3],
+            shift_u,
             z + b0[:, :, None],
             z + b1[:, :, None],
             z + c0[:, :, None],
@@ -582,6 +680,7 @@ def token_rows_attention_kernel(
     ZERO_OFF: gl.constexpr,
     KEY_FP8: gl.constexpr,
     KBITS: gl.constexpr,
+    VBITS: gl.constexpr,
     NORM_CORRECTION: gl.constexpr,
     SATURATE_QUERY: gl.constexpr,
     BALANCE: gl.constexpr = False,
@@ -592,8 +691,9 @@ def token_rows_attention_kernel(
     64, ``BLOCK_SIZE`` a power of two >= 16 (a row tile never straddles a block). Keys fp8
     (``KEY_FP8``) or 3- or 4-bit codebook codes (``KBITS``; ``Centroids``:
     ``key_lut.lut_words``' table, of the magnitudes for 4-bit codes), values uniform 4-bit
-    codes. The other constexprs are ``kernel.attention_kernel``'s."""
+    codes, or 3-bit codes with codebook keys (``VBITS``). The other constexprs are ``kernel.attention_kernel``'s."""
     gl.static_assert(D == 128, "head_dim 128")
+    gl.static_assert(VBITS == 4 or (VBITS == 3 and not KEY_FP8), "values: 4 bits, or 3 with codebook keys")
     gl.static_assert(BLOCK_Q * G_PAD == 8 or BLOCK_Q * G_PAD == 16, "8 or 16 query columns")
     NCT: gl.constexpr = BLOCK_Q * G_PAD // 8
     MT: gl.constexpr = BLOCK_KV // 16
@@ -631,6 +731,8 @@ def token_rows_attention_kernel(
     uu = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, LU)))[None, None, :]
     lo_u = uu < 4
     sel_u = ((uu % 4) | (((uu % 4) + 4) << 8)).to(gl.uint32)
+    # 3-bit values: row tile u's codes at bits 6 u .. 6 u + 5 of a thread's 48
+    shift_u = (uu * 6).to(gl.uint32)
     # the output's head_dim positions of a thread: 16 g .. 16 g + 15 (element 2 u + high nibble)
     go = gl.arange(0, 8, layout=gl.SliceLayout(1, gl.SliceLayout(2, L16)))[:, None, None]
     eo = gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, L16)))[None, None, :]
@@ -749,6 +851,7 @@ def token_rows_attention_kernel(
                 ZERO_OFF,
                 KEY_FP8,
                 KBITS,
+                VBITS,
             )
             for start in range(kv_lo, hi, BLOCK_KV):
                 cur = tile
@@ -768,6 +871,7 @@ def token_rows_attention_kernel(
                     ZERO_OFF,
                     KEY_FP8,
                     KBITS,
+                    VBITS,
                 )
                 k0, k1, k2, k3, k4, k5, kn0, kn1, vs0, vs1, vz0, vz1, v0, v1, v2, v3, v4, v5, v6, v7 = cur
                 # scores S^T: [8, 4, MT] per (key row h, column j); s.. of the first column
@@ -889,8 +993,8 @@ def token_rows_attention_kernel(
                 f_new = gl.where(f_new > 0, f_new, 1.0)
                 fr = f_i / f_new
                 f_i = f_new
-                mid0 = vz0.to(gl.float32) + vsf0 * 8.0
-                mid1 = vz1.to(gl.float32) + vsf1 * 8.0
+                mid0 = vz0.to(gl.float32) + vsf0 * (1 << (VBITS - 1))
+                mid1 = vz1.to(gl.float32) + vsf1 * (1 << (VBITS - 1))
                 values = (vsf0 / f_new[:, :, None], vsf1 / f_new[:, :, None], mid0, mid1, fr)
                 state0, acc, bt0, bt1 = _softmax_columns(s00, s01, s10, s11, state0, acc, q_scale, values, LU)
                 x0 = _tiles(bt0, MT, L2)
@@ -922,7 +1026,22 @@ def token_rows_attention_kernel(
                     )
                     pb0 = gl.convert_layout(x0[t], gl.SliceLayout(2, LU), assert_trivial=True)
                     pb1 = gl.convert_layout(x1[t], gl.SliceLayout(2, LU), assert_trivial=True)
-                    if NCT == 1:
+                    if VBITS == 3:
+                        if NCT == 1:
+                            acc = _pv3_tile(acc, v_lo, v_hi, shift_u, pb0, pb1)
+                        else:
+                            acc, acc_b = _pv3_tile2(
+                                acc,
+                                acc_b,
+                                v_lo,
+                                v_hi,
+                                shift_u,
+                                pb0,
+                                pb1,
+                                gl.convert_layout(y0[t], gl.SliceLayout(2, LU), assert_trivial=True),
+                                gl.convert_layout(y1[t], gl.SliceLayout(2, LU), assert_trivial=True),
+                            )
+                    elif NCT == 1:
                         acc = _pv_tile(acc, v_lo, v_hi, sel_u, lo_u, pb0, pb1)
                     else:
                         acc, acc_b = _pv_tile2(

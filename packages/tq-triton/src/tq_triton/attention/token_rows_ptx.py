@@ -311,6 +311,74 @@ def pv4_constraints(nct: int = 1) -> str:
 PV4_CONSTRAINTS = pv4_constraints()
 
 
+# fp16 constants of 3-bit values: 1028 (1024 + the code's centre 4), 1/8, -132 (128 + 4)
+_V3_BIAS = 0x64046404
+_V3_EIGHTH = 0x30003000
+_V3_HI_BIAS = 0xD820D820
+
+
+def _pair3(a: tuple[str, str], b: tuple[str, str], lo: str, hi: str) -> list[str]:
+    """The fp16 pairs of two tokens' codes (``a``, ``b``: each token's 48 value bits of this
+    thread as the registers ``(bits 0-31, bits 32-47)``) at the row tile's shift ``$S``: the
+    even position's code ``- 4`` into ``lo``, the odd position's into ``hi`` (token ``a`` in
+    the low halves)."""
+    return [
+        f"mov.b64 w, {{{a[0]}, {a[1]}}};",
+        "shr.b64 w, w, $S;",
+        "cvt.u32.u64 xa, w;",
+        f"mov.b64 w, {{{b[0]}, {b[1]}}};",
+        "shr.b64 w, w, $S;",
+        "cvt.u32.u64 xb, w;",
+        "prmt.b32 x, xa, xb, 0x5410;",
+        f"lop3.b32 {lo}, x, 0x00070007, 0x64006400, 0xEA;",
+        f"sub.rn.f16x2 {lo}, {lo}, k0;",
+        f"lop3.b32 {hi}, x, 0x00380038, 0x64006400, 0xEA;",
+        f"fma.rn.f16x2 {hi}, {hi}, k1, k2;",
+    ]
+
+
+def pv3_ptx(nct: int = 1) -> str:
+    """One 16-token step of ``O^T`` for 3-bit values, one row tile, into ``nct`` column
+    tiles. Thread ``(g, c)`` holds, per token, its 16 codes of head_dim ``16 g .. 16 g + 15``:
+    48 bits (code ``e`` at bit ``3 e``) as two registers, bits 0-31 and 32-47; row tile ``u``
+    takes the codes ``2 u`` (row ``g``) and ``2 u + 1`` (row ``g + 8``), bits ``6 u .. 6 u +
+    5``. With ``n = 4 nct``: outputs ``$0..$(n-1)`` the ``C`` fragments. Inputs: ``$n..$(n+7)``
+    the two registers of tokens ``2 c``, ``2 c + 1``, ``2 c + 8``, ``2 c + 9`` in turn,
+    ``$(n+8)`` the row tile's shift ``6 u``, then the probabilities' two ``B`` registers per
+    column tile and the ``C`` fragments so far. An even code becomes the fp16 ``1024 + code``
+    minus 1028, an odd one ``1024 + 8 code`` times 1/8 minus 132: both ``code - 4``, exact."""
+    n = 4 * nct
+    b = n + 9
+    c_in = b + 2 * nct
+    t = [(f"${n + 2 * i}", f"${n + 2 * i + 1}") for i in range(4)]
+    mmas = [
+        f"{MMA} {{${4 * k}, ${4 * k + 1}, ${4 * k + 2}, ${4 * k + 3}}}, {{a0, a1, a2, a3}}, "
+        f"{{${b + 2 * k}, ${b + 2 * k + 1}}}, {{${c_in + 4 * k}, ${c_in + 4 * k + 1}, ${c_in + 4 * k + 2}, "
+        f"${c_in + 4 * k + 3}}};"
+        for k in range(nct)
+    ]
+    text = "\n".join(
+        [
+            "{",
+            ".reg .b64 w;",
+            ".reg .b32 xa, xb, x, a0, a1, a2, a3, k0, k1, k2;",
+            f"mov.b32 k0, {_V3_BIAS:#x};",
+            f"mov.b32 k1, {_V3_EIGHTH:#x};",
+            f"mov.b32 k2, {_V3_HI_BIAS:#x};",
+            *_pair3(t[0], t[1], "a0", "a1"),
+            *_pair3(t[2], t[3], "a2", "a3"),
+            *mmas,
+            "}",
+        ]
+    )
+    return text.replace("$S", f"${n + 8}")
+
+
+def pv3_constraints(nct: int = 1) -> str:
+    """:func:`pv3_ptx`'s operand constraints."""
+    return ",".join(["=f"] * (4 * nct) + ["r"] * (9 + 2 * nct) + ["f"] * (4 * nct))
+
+
 # two float32 (columns 2 c and 2 c + 1 of an 8 x 8 quarter of C) to an fp16 pair, then the
 # quarter transposed: the thread then holds rows 2 c, 2 c + 1 of column g, a B register
 PAIR_TRANSPOSED_PTX = "{ .reg .b32 x; cvt.rn.f16x2.f32 x, $2, $1; movmatrix.sync.aligned.m8n8.trans.b16 $0, x; }"
