@@ -384,6 +384,11 @@ def test_write_json_and_utc_timestamp(tmp_path):
     write_json(path, {"a": [1, 2]})
     assert path.read_text() == '{\n "a": [\n  1,\n  2\n ]\n}\n'
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", utc_timestamp())
+    # a write that fails half-way leaves the previous file whole, and no temporary file
+    with pytest.raises(TypeError):
+        write_json(path, {"a": [1, 2], "b": object()})
+    assert path.read_text() == '{\n "a": [\n  1,\n  2\n ]\n}\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
 
 
 def test_table_lines_pad_align_and_rule():

@@ -205,3 +205,44 @@ def test_bench_plot_draws_the_speedups_of_a_run(tmp_path):
     out = tmp_path / "bench.png"
     _plot(rows, 4275.0, out, 1.3)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_json_keeps_the_cases_of_a_stopped_run(tmp_path, monkeypatch):
+    """`tq bench --json` rewrites the file after every case, so a run stopped part-way (a time
+    limit) keeps what it measured, marked incomplete; a finished run is marked complete. The
+    device side is replaced by stand-ins (no GPU needed): the third timing interrupts."""
+    import json
+    import types
+
+    from tq_triton import bench
+    from tq_triton.cli import bench as cli_bench
+
+    calls = []
+
+    def fake_time(fn):
+        calls.append(1)
+        if stop_at and len(calls) == stop_at:
+            raise KeyboardInterrupt
+        return 0.5
+
+    case = types.SimpleNamespace(bf16_bytes_read=10**6, cache_bytes_read=2 * 10**5, dense_k=None, dense_v=None)
+    monkeypatch.setattr(cli_bench, "gpu_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(bench, "copy_bandwidth_gbs", lambda dev: 100.0)
+    monkeypatch.setattr(bench, "build_case", lambda *a, **k: case)
+    monkeypatch.setattr(bench, "sdpa_bf16", lambda c: ((lambda: None), "stand-in"))
+    monkeypatch.setattr(bench, "time_ms", fake_time)
+    monkeypatch.setattr(bench, "run_tq", lambda c: None)
+    out = tmp_path / "bench.json"
+    argv = ["bench", "--shapes", "decode-32k", "--presets", "turboquant_k8v4,turboquant_k3v4_nc", "--no-store"]
+    argv += ["--json", str(out)]
+    stop_at = 3  # bf16 and k8v4 timed, k3v4_nc's timing interrupted
+    with pytest.raises(KeyboardInterrupt):
+        main(argv)
+    doc = json.loads(out.read_text())
+    assert doc["meta"]["complete"] is False
+    assert [(r["preset"], r["impl"]) for r in doc["rows"]] == [("bf16", "stand-in"), ("turboquant_k8v4", "tq_triton")]
+    calls.clear()
+    stop_at = 0
+    assert main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert doc["meta"]["complete"] is True and len(doc["rows"]) == 3 and "gate" in doc

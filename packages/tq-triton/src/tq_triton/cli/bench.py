@@ -8,7 +8,9 @@ warm-up (device events); bandwidth is the compressed bytes one call must read ov
 also as a share of the copy bandwidth measured in the same run. By default every named
 shape and every format runs. The table ends with the gate line (every tq row at least
 --gate times as fast as the fastest bf16 kernel of its shape) and the project's speed
-targets, each met, missed or not run. Needs a cuda or xpu GPU.
+targets, each met, missed or not run. With --json the rows measured so far are written
+after every case (``"complete": false`` in the file's meta until the run ends), so a run
+stopped by a time limit keeps them. Needs a cuda or xpu GPU.
 """
 
 from __future__ import annotations
@@ -131,6 +133,15 @@ def run(args: argparse.Namespace) -> int:
         raise BackendUnavailableError("--plot needs matplotlib (pip install matplotlib)")
     dev = gpu_device()
     bw = bench.copy_bandwidth_gbs(dev)
+    meta = {
+        "device": device_key(dev),
+        "copy_bandwidth_gbs": bw,
+        "date": utc_timestamp(),
+        "command": "tq " + " ".join(sys.argv[1:]),
+        "torch": torch.__version__,
+        "triton": __import__("triton").__version__,
+        "complete": False,
+    }
     rows: list[dict] = []
     jobs = [(s, p) for s in shapes for p in presets]
     bf16_ms: dict[str, float] = {}
@@ -171,6 +182,10 @@ def run(args: argparse.Namespace) -> int:
         del case
         if dev.type == "cuda":
             torch.cuda.empty_cache()
+        if args.json:
+            # the rows so far, rewritten after every case: a run stopped by a time limit keeps
+            # what it measured ("complete": false)
+            write_json(args.json, {"meta": meta, "rows": rows})
     _ratios(rows)
     if not args.no_store:
         rows += _store_rows(presets, dev, bw)
@@ -179,14 +194,7 @@ def run(args: argparse.Namespace) -> int:
     print(gate_line(gate))
     goals = targets(rows)
     _print_targets(goals)
-    meta = {
-        "device": device_key(dev),
-        "copy_bandwidth_gbs": bw,
-        "date": utc_timestamp(),
-        "command": "tq " + " ".join(sys.argv[1:]),
-        "torch": torch.__version__,
-        "triton": __import__("triton").__version__,
-    }
+    meta["complete"] = True
     if args.json:
         write_json(args.json, {"meta": meta, "rows": rows, "gate": gate, "targets": goals})
     if args.plot:
