@@ -282,6 +282,22 @@ def test_fp8_key_scores(nct):
     np.testing.assert_allclose(s, want, rtol=1e-6, atol=1e-6)
 
 
+def _probability_b_regs(p: np.ndarray, nct: int) -> list[list[list[int]]]:
+    """Probabilities ``p`` ``[16, 8 nct]`` in the score's C layout transposed into the value
+    product's B registers (PAIR_TRANSPOSED_PTX): ``[column tile][key rows g (tokens 0-7) or
+    g + 8 (8-15)][lane]``."""
+    b_regs = []
+    for k in range(nct):
+        b_regs.append([])
+        for h in range(2):
+            ops = []
+            for lane in range(32):
+                g, c = divmod(lane, 4)
+                ops.append({1: float(p[g + 8 * h, 8 * k + 2 * c]), 2: float(p[g + 8 * h, 8 * k + 2 * c + 1])})
+            b_regs[k].append([out[0] for out in run_warp(ptx.PAIR_TRANSPOSED_PTX, ops)])
+    return b_regs
+
+
 @pytest.mark.parametrize("nct", [1, 2])
 def test_transposed_probabilities_times_4_bit_values(nct):
     # the probabilities of a 16-token row tile in the score's C layout, transposed into the
@@ -298,15 +314,7 @@ def test_transposed_probabilities_times_4_bit_values(nct):
     def word(token: int, w: int) -> int:
         return sum(int(codes[token, 8 * w + i]) << (4 * i) for i in range(8))
 
-    b_regs = []  # [column tile][key rows g (tokens 0-7) or g + 8 (8-15)][lane]
-    for k in range(nct):
-        b_regs.append([])
-        for h in range(2):
-            ops = []
-            for lane in range(32):
-                g, c = divmod(lane, 4)
-                ops.append({1: float(p[g + 8 * h, 8 * k + 2 * c]), 2: float(p[g + 8 * h, 8 * k + 2 * c + 1])})
-            b_regs[k].append([out[0] for out in run_warp(ptx.PAIR_TRANSPOSED_PTX, ops)])
+    b_regs = _probability_b_regs(p, nct)
     got = np.zeros((128, 8 * nct))
     for u in range(8):
         sel = (u % 4) | ((u % 4 + 4) << 8)
@@ -344,15 +352,7 @@ def test_transposed_probabilities_times_3_bit_values(nct):
     def bits48(token: int, g: int) -> int:
         return sum(int(codes[token, 16 * g + e]) << (3 * e) for e in range(16))
 
-    b_regs = []
-    for k in range(nct):
-        b_regs.append([])
-        for h in range(2):
-            ops = []
-            for lane in range(32):
-                g, c = divmod(lane, 4)
-                ops.append({1: float(p[g + 8 * h, 8 * k + 2 * c]), 2: float(p[g + 8 * h, 8 * k + 2 * c + 1])})
-            b_regs[k].append([out[0] for out in run_warp(ptx.PAIR_TRANSPOSED_PTX, ops)])
+    b_regs = _probability_b_regs(p, nct)
     got = np.zeros((128, 8 * nct))
     for u in range(8):
         ops = []

@@ -306,126 +306,35 @@ def _value_words(v_lo, v_hi, lo_u):
 
 
 @gluon.jit
-def _pv_tile(acc, v_lo, v_hi, sel_u, lo_u, b0, b1):
-    """``acc`` (four ``[8, 4, 8]`` C registers, one per row tile ``u``) plus one row tile's
-    16 tokens times their values: ``v_lo``, ``v_hi`` the value words ``(2 c, 2 c + 1, 2 c + 8,
-    2 c + 9)`` of head_dim ``16 g .. + 7`` and ``16 g + 8 .. + 15``, ``b0``, ``b1`` the
-    probabilities' B registers ``[8, 4]``."""
-    a0, a1, a2, a3 = acc
-    wa0, wa1, wb0, wb1 = _value_words(v_lo, v_hi, lo_u)
-    z = sel_u * 0
-    return gl.inline_asm_elementwise(
-        _PV4,
-        _PV4_C,
-        [wa0, wa1, wb0, wb1, sel_u, z + b0[:, :, None], z + b1[:, :, None], a0, a1, a2, a3],
-        dtype=(gl.float32, gl.float32, gl.float32, gl.float32),
-        is_pure=True,
-        pack=1,
-    )
-
-
-@gluon.jit
-def _pv_tile2(acc, acc_b, v_lo, v_hi, sel_u, lo_u, b0, b1, c0, c1):
-    """:func:`_pv_tile` into two column tiles at once (``b0``, ``b1`` the first's
-    probabilities, ``c0``, ``c1`` the second's): each value word is decoded once."""
-    wa0, wa1, wb0, wb1 = _value_words(v_lo, v_hi, lo_u)
-    z = sel_u * 0
-    out = gl.inline_asm_elementwise(
-        _PV4_2,
-        _PV4_2C,
-        [
-            wa0,
-            wa1,
-            wb0,
-            wb1,
-            sel_u,
-            z + b0[:, :, None],
-            z + b1[:, :, None],
-            z + c0[:, :, None],
-            z + c1[:, :, None],
-            acc[0],
-            acc[1],
-            acc[2],
-            acc[3],
-            acc_b[0],
-            acc_b[1],
-            acc_b[2],
-            acc_b[3],
-        ],
-        dtype=(gl.float32, gl.float32, gl.float32, gl.float32, gl.float32, gl.float32, gl.float32, gl.float32),
-        is_pure=True,
-        pack=1,
-    )
-    return (out[0], out[1], out[2], out[3]), (out[4], out[5], out[6], out[7])
-
-
-@gluon.jit
-def _pv3_tile(acc, v_lo, v_hi, shift_u, b0, b1):
-    """:func:`_pv_tile` for 3-bit values: ``v_lo``, ``v_hi`` bits 0-31 and 32-47 of the
-    thread's positions of tokens ``(2 c, 2 c + 1, 2 c + 8, 2 c + 9)``, ``shift_u`` each row
-    tile's ``6 u``."""
-    z = shift_u * 0
-    return gl.inline_asm_elementwise(
-        _PV3,
-        _PV3_C,
-        [
-            z + v_lo[0],
-            z + v_hi[0],
-            z + v_lo[1],
-            z + v_hi[1],
-            z + v_lo[2],
-            z + v_hi[2],
-            z + v_lo[3],
-            z + v_hi[3],
-            shift_u,
-            z + b0[:, :, None],
-            z + b1[:, :, None],
-            acc[0],
-            acc[1],
-            acc[2],
-            acc[3],
-        ],
-        dtype=(gl.float32, gl.float32, gl.float32, gl.float32),
-        is_pure=True,
-        pack=1,
-    )
-
-
-@gluon.jit
-def _pv3_tile2(acc, acc_b, v_lo, v_hi, shift_u, b0, b1, c0, c1):
-    """:func:`_pv3_tile` into two column tiles at once (as :func:`_pv_tile2`)."""
-    z = shift_u * 0
-    out = gl.inline_asm_elementwise(
-        _PV3_2,
-        _PV3_2C,
-        [
-            z + v_lo[0],
-            z + v_hi[0],
-            z + v_lo[1],
-            z + v_hi[1],
-            z + v_lo[2],
-            z + v_hi[2],
-            z + v_lo[3],
-            z + v_hi[3],
-            shift_u,
-            z + b0[:, :, None],
-            z + b1[:, :, None],
-            z + c0[:, :, None],
-            z + c1[:, :, None],
-            acc[0],
-            acc[1],
-            acc[2],
-            acc[3],
-            acc_b[0],
-            acc_b[1],
-            acc_b[2],
-            acc_b[3],
-        ],
-        dtype=(gl.float32, gl.float32, gl.float32, gl.float32, gl.float32, gl.float32, gl.float32, gl.float32),
-        is_pure=True,
-        pack=1,
-    )
-    return (out[0], out[1], out[2], out[3]), (out[4], out[5], out[6], out[7])
+def _pv_step(acc, acc_b, ops, z, b0, b1, c0, c1, TEXT: gl.constexpr, CONSTRAINTS: gl.constexpr, NCT: gl.constexpr):
+    """``acc`` (four ``[8, 4, 8]`` C registers, one per row tile ``u``) plus one row tile's 16
+    tokens times their values, and with two column tiles (``NCT``) ``acc_b`` too; returns both
+    (``acc_b`` unchanged with one). ``TEXT`` is ``token_rows_ptx.pv4_ptx`` or ``pv3_ptx`` of
+    ``NCT`` tiles, ``ops`` the value operands it takes first (``[8, 4, 8]``), ``b0``, ``b1``
+    the first column tile's probabilities as ``B`` registers ``[8, 4]``, ``c0``, ``c1`` the
+    second's, ``z`` zeros ``[1, 1, 8]`` that broadcast them over the row tiles. Each value
+    word is decoded once for both tiles. (The jit has no starred arguments: the operand
+    tuples are concatenated.)"""
+    if NCT == 1:
+        out = gl.inline_asm_elementwise(
+            TEXT,
+            CONSTRAINTS,
+            ops + (z + b0[:, :, None], z + b1[:, :, None]) + acc,  # noqa: RUF005
+            dtype=(gl.float32,) * 4,
+            is_pure=True,
+            pack=1,
+        )
+        return (out[0], out[1], out[2], out[3]), acc_b
+    else:
+        out = gl.inline_asm_elementwise(
+            TEXT,
+            CONSTRAINTS,
+            ops + (z + b0[:, :, None], z + b1[:, :, None], z + c0[:, :, None], z + c1[:, :, None]) + acc + acc_b,  # noqa: RUF005
+            dtype=(gl.float32,) * 8,
+            is_pure=True,
+            pack=1,
+        )
+        return (out[0], out[1], out[2], out[3]), (out[4], out[5], out[6], out[7])
 
 
 @gluon.jit
@@ -1026,36 +935,56 @@ def token_rows_attention_kernel(
                     )
                     pb0 = gl.convert_layout(x0[t], gl.SliceLayout(2, LU), assert_trivial=True)
                     pb1 = gl.convert_layout(x1[t], gl.SliceLayout(2, LU), assert_trivial=True)
+                    pc0 = pb0
+                    pc1 = pb1
+                    acc_2 = acc
+                    if NCT == 2:
+                        pc0 = gl.convert_layout(y0[t], gl.SliceLayout(2, LU), assert_trivial=True)
+                        pc1 = gl.convert_layout(y1[t], gl.SliceLayout(2, LU), assert_trivial=True)
+                        acc_2 = acc_b
                     if VBITS == 3:
-                        if NCT == 1:
-                            acc = _pv3_tile(acc, v_lo, v_hi, shift_u, pb0, pb1)
-                        else:
-                            acc, acc_b = _pv3_tile2(
-                                acc,
-                                acc_b,
-                                v_lo,
-                                v_hi,
-                                shift_u,
-                                pb0,
-                                pb1,
-                                gl.convert_layout(y0[t], gl.SliceLayout(2, LU), assert_trivial=True),
-                                gl.convert_layout(y1[t], gl.SliceLayout(2, LU), assert_trivial=True),
-                            )
-                    elif NCT == 1:
-                        acc = _pv_tile(acc, v_lo, v_hi, sel_u, lo_u, pb0, pb1)
-                    else:
-                        acc, acc_b = _pv_tile2(
+                        zu = shift_u * 0
+                        ops = (
+                            zu + v_lo[0],
+                            zu + v_hi[0],
+                            zu + v_lo[1],
+                            zu + v_hi[1],
+                            zu + v_lo[2],
+                            zu + v_hi[2],
+                            zu + v_lo[3],
+                            zu + v_hi[3],
+                            shift_u,
+                        )
+                        acc, acc_2 = _pv_step(
                             acc,
-                            acc_b,
-                            v_lo,
-                            v_hi,
-                            sel_u,
-                            lo_u,
+                            acc_2,
+                            ops,
+                            zu,
                             pb0,
                             pb1,
-                            gl.convert_layout(y0[t], gl.SliceLayout(2, LU), assert_trivial=True),
-                            gl.convert_layout(y1[t], gl.SliceLayout(2, LU), assert_trivial=True),
+                            pc0,
+                            pc1,
+                            _PV3 if NCT == 1 else _PV3_2,
+                            _PV3_C if NCT == 1 else _PV3_2C,
+                            NCT,
                         )
+                    else:
+                        wa0, wa1, wb0, wb1 = _value_words(v_lo, v_hi, lo_u)
+                        acc, acc_2 = _pv_step(
+                            acc,
+                            acc_2,
+                            (wa0, wa1, wb0, wb1, sel_u),
+                            sel_u * 0,
+                            pb0,
+                            pb1,
+                            pc0,
+                            pc1,
+                            _PV4 if NCT == 1 else _PV4_2,
+                            _PV4_C if NCT == 1 else _PV4_2C,
+                            NCT,
+                        )
+                    if NCT == 2:
+                        acc_b = acc_2
 
             _store_columns(
                 Out,
