@@ -87,12 +87,18 @@ class AttentionConfig:
     # same sweep, so that entry leaves it off
     skip_empty: int = 0
     # 1 (with gluon 1) runs the token-rows kernel (attention/token_rows_kernel.py) where it
-    # applies (plan.token_rows_refusal: k8v4, k3v4_nc and 4bit_nc at head_dim 128, the
-    # longest q_len times the padded GQA group at most 8, block sizes of at least 16): scores
-    # as K Q^T with the tokens on the matrix unit's rows, keys and values decoded straight
-    # into its operand registers. The H200 table sets it for decode and q_len 2; elsewhere
-    # the Gluon kernel runs with the same entry
+    # applies (plan.token_rows_refusal: k8v4, k3v4_nc, 4bit_nc and 3bit_nc at head_dim 128,
+    # the longest q_len times the padded GQA group at most 16, block sizes of at least 16):
+    # scores as K Q^T with the tokens on the matrix unit's rows, keys and values decoded
+    # straight into its operand registers. The H200 table sets it for decode and q_len 2-4 of
+    # k8v4, k3v4_nc and 4bit_nc; elsewhere the Gluon kernel runs with the same entry
     token_rows: int = 0
+    # the token-rows kernel's codebook keys (with norm correction: k3v4_nc, 4bit_nc, 3bit_nc):
+    # 1 sums each key's squared centroids on the matrix unit (the squared key operands times
+    # ones, one more mma.sync per step), 0 in each lane (fp16 squares converted and added in
+    # float32, then added over the row's four lanes). Statically 3.6-4.1 fewer instructions
+    # per token (docs/perf/runs/2026-12-04-column-tiles); not yet timed, so no table sets it
+    norm_mma: int = 0
 
 
 @dataclass(frozen=True)
@@ -144,6 +150,7 @@ _LIMITS: dict[str, tuple[int, int, bool]] = {
     "split_budget": (0, 64, False),
     "skip_empty": (0, 1, False),
     "token_rows": (0, 1, False),
+    "norm_mma": (0, 1, False),
 }
 ENV_OVERRIDES = {
     "TQ_BLOCK_KV": "block_kv",
@@ -159,6 +166,7 @@ ENV_OVERRIDES = {
     "TQ_SPLIT_BUDGET": "split_budget",
     "TQ_SKIP_EMPTY": "skip_empty",
     "TQ_TOKEN_ROWS": "token_rows",
+    "TQ_NORM_MMA": "norm_mma",
 }
 # variables of knobs that no longer exist, and what replaced them: setting one is an error,
 # not silently ignored

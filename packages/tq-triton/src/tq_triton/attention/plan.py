@@ -315,6 +315,21 @@ def plan_attention(
         if why_not and debug_enabled():
             _log_portable(why_not)
     key_lut = key_lut_mode(preset, cfg, facts)
+    constexprs = kernel_constexprs(
+        preset,
+        fields,
+        cfg,
+        group,
+        num_q_heads,
+        splits,
+        block_q,
+        saturate_query=not facts.cast_saturates,
+        key_lut=key_lut,
+        value_lut=value_lut_mode(preset, cfg, facts),
+    )
+    if token_rows:
+        # the token-rows kernel's own compile-time argument (the other kernels have none)
+        constexprs["NORM_MMA"] = bool(cfg.norm_mma)
     options = launch_options_for(facts.name, facts.type)
     if cfg.max_registers and facts.nvidia:
         options["maxnreg"] = cfg.max_registers
@@ -328,17 +343,6 @@ def plan_attention(
         # the Gluon kernel looks codebook keys up in the register table, whatever key_lut says
         key_table=bool(key_lut) or gluon,
         split_programs=cfg.split_budget * facts.multiprocessors if cfg.split_budget else 0,
-        constexprs=kernel_constexprs(
-            preset,
-            fields,
-            cfg,
-            group,
-            num_q_heads,
-            splits,
-            block_q,
-            saturate_query=not facts.cast_saturates,
-            key_lut=key_lut,
-            value_lut=value_lut_mode(preset, cfg, facts),
-        ),
+        constexprs=constexprs,
         options=options,
     )

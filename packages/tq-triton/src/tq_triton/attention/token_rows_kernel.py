@@ -49,6 +49,13 @@ _QK3_LO2 = gl.constexpr(ptx.qk3_ptx(0, 2))
 _QK3_HI2 = gl.constexpr(ptx.qk3_ptx(1, 2))
 _QK3_2C = gl.constexpr(ptx.qk3_constraints(2))
 _QK4_2 = gl.constexpr(ptx.qk4_ptx(2))
+# the same with the key norms' sums of squares on the matrix unit (NORM_MMA)
+_QK3_LO_N = gl.constexpr(ptx.qk3_ptx(0, 1, True))
+_QK3_HI_N = gl.constexpr(ptx.qk3_ptx(1, 1, True))
+_QK3_LO2_N = gl.constexpr(ptx.qk3_ptx(0, 2, True))
+_QK3_HI2_N = gl.constexpr(ptx.qk3_ptx(1, 2, True))
+_QK4_N = gl.constexpr(ptx.qk4_ptx(1, True))
+_QK4_2N = gl.constexpr(ptx.qk4_ptx(2, True))
 _QK4_2C = gl.constexpr(ptx.qk4_constraints(2))
 _QK8_2 = gl.constexpr(ptx.qk8_ptx(2))
 _QK8_2C = gl.constexpr(ptx.qk8_constraints(2))
@@ -594,13 +601,17 @@ def token_rows_attention_kernel(
     SATURATE_QUERY: gl.constexpr,
     BALANCE: gl.constexpr = False,
     SKIP_EMPTY: gl.constexpr = False,
+    NORM_MMA: gl.constexpr = False,
 ):
     """One warp; ``BLOCK_Q * G_PAD`` is 8 or 16 (the product's columns: one or two column
     tiles of 8, each key and value decoded once for both), ``D`` 128, ``BLOCK_KV`` 16, 32 or
     64, ``BLOCK_SIZE`` a power of two >= 16 (a row tile never straddles a block). Keys fp8
     (``KEY_FP8``) or 3- or 4-bit codebook codes (``KBITS``; ``Centroids``:
     ``key_lut.lut_words``' table, of the magnitudes for 4-bit codes), values uniform 4-bit
-    codes, or 3-bit codes with codebook keys (``VBITS``). The other constexprs are ``kernel.attention_kernel``'s."""
+    codes, or 3-bit codes with codebook keys (``VBITS``). ``NORM_MMA``: codebook keys'
+    sums of squared centroids by a product of the squared key operands with ones on the
+    matrix unit (``AttentionConfig.norm_mma``), where the lanes otherwise sum them. The other
+    constexprs are ``kernel.attention_kernel``'s."""
     gl.static_assert(D == 128, "head_dim 128")
     gl.static_assert(VBITS == 4 or (VBITS == 3 and not KEY_FP8), "values: 4 bits, or 3 with codebook keys")
     gl.static_assert(BLOCK_Q * G_PAD == 8 or BLOCK_Q * G_PAD == 16, "8 or 16 query columns")
@@ -835,7 +846,7 @@ def token_rows_attention_kernel(
                         words = ((k0, k1, k2, k3, k4, k5), (k0, k1, k2, k3, k4, k5))
                     if NCT == 1:
                         c0, c1, c2, c3, sq0, sq1 = gl.inline_asm_elementwise(
-                            _QK4 if KBITS == 4 else _QK3_LO,
+                            (_QK4_N if NORM_MMA else _QK4) if KBITS == 4 else (_QK3_LO_N if NORM_MMA else _QK3_LO),
                             _QK4_C if KBITS == 4 else _QK3_C,
                             words[0] + (la, lb, ha, hb, q0, q1, q2, q3, q4, q5, q6, q7, zc, zc, zc, zc, zc, zc),
                             dtype=(gl.float32,) * 6,
@@ -843,7 +854,7 @@ def token_rows_attention_kernel(
                             pack=1,
                         )
                         s00, s01, s10, s11, sq0, sq1 = gl.inline_asm_elementwise(
-                            _QK4 if KBITS == 4 else _QK3_HI,
+                            (_QK4_N if NORM_MMA else _QK4) if KBITS == 4 else (_QK3_HI_N if NORM_MMA else _QK3_HI),
                             _QK4_C if KBITS == 4 else _QK3_C,
                             words[1] + (la, lb, ha, hb, q8, q9, q10, q11, q12, q13, q14, q15, c0, c1, c2, c3, sq0, sq1),
                             dtype=(gl.float32,) * 6,
@@ -852,7 +863,7 @@ def token_rows_attention_kernel(
                         )
                     else:
                         c0, c1, c2, c3, d0, d1, d2, d3, sq0, sq1 = gl.inline_asm_elementwise(
-                            _QK4_2 if KBITS == 4 else _QK3_LO2,
+                            (_QK4_2N if NORM_MMA else _QK4_2) if KBITS == 4 else (_QK3_LO2_N if NORM_MMA else _QK3_LO2),
                             _QK4_2C if KBITS == 4 else _QK3_2C,
                             words[0]
                             + (la, lb, ha, hb, q0, q1, q2, q3, q4, q5, q6, q7, p0, p1, p2, p3, p4, p5, p6, p7)
@@ -862,7 +873,7 @@ def token_rows_attention_kernel(
                             pack=1,
                         )
                         s00, s01, s10, s11, t00, t01, t10, t11, sq0, sq1 = gl.inline_asm_elementwise(
-                            _QK4_2 if KBITS == 4 else _QK3_HI2,
+                            (_QK4_2N if NORM_MMA else _QK4_2) if KBITS == 4 else (_QK3_HI2_N if NORM_MMA else _QK3_HI2),
                             _QK4_2C if KBITS == 4 else _QK3_2C,
                             words[1]
                             + (la, lb, ha, hb, q8, q9, q10, q11, q12, q13, q14, q15)
@@ -872,8 +883,13 @@ def token_rows_attention_kernel(
                             pack=1,
                         )
                     # each key row's norm over its centroids' norm: the row's sum over its 4 lanes
-                    n2_0 = gl.sum(sq0, axis=1)[:, None, :]
-                    n2_1 = gl.sum(sq1, axis=1)[:, None, :]
+                    # (NORM_MMA: the matrix unit's, already whole in each lane)
+                    if NORM_MMA:
+                        n2_0 = sq0
+                        n2_1 = sq1
+                    else:
+                        n2_0 = gl.sum(sq0, axis=1)[:, None, :]
+                        n2_1 = gl.sum(sq1, axis=1)[:, None, :]
                     kf0 = kn0.to(gl.float32)
                     kf1 = kn1.to(gl.float32)
                     if NORM_CORRECTION:

@@ -9,7 +9,7 @@ also as a share of the copy bandwidth measured in the same run. By default every
 shape and every format runs. The table ends with the gate line (every tq row at least
 --gate times as fast as the fastest bf16 kernel of its shape) and the project's speed
 targets, each met, missed or not run. With --json the rows measured so far are written
-after every case (``"complete": false`` in the file's meta until the run ends), so a run
+after every case ("complete": false in the file's meta until the run ends), so a run
 stopped by a time limit keeps them. Needs a cuda or xpu GPU.
 """
 

@@ -58,6 +58,7 @@ KNOB_OPTIONS = (
     ("--split-budget", "split_budget", None, "N > 0: kv splits sized from the batch's lengths for N programs per SM"),
     ("--skip-empty", "skip_empty", (0, 1), "1: a kv split with no position for its rows writes only -inf"),
     ("--token-rows", "token_rows", (0, 1), "with --gluon 1: the token-rows kernel where it applies"),
+    ("--norm-mma", "norm_mma", (0, 1), "with --token-rows 1: codebook keys' norms summed on the matrix unit"),
 )
 KNOBS = tuple(field for _, field, _, _ in KNOB_OPTIONS)
 
