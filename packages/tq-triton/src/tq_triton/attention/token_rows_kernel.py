@@ -346,14 +346,7 @@ def _pv_step(acc, acc_b, ops, z, b0, b1, c0, c1, TEXT: gl.constexpr, CONSTRAINTS
 
 @gluon.jit
 def _query_columns(
-    Q,
-    q_start,
-    qc,
-    q_len,
-    h,
-    stride_qt,
-    stride_qh,
-    q_mul,
+    query,
     col0,
     ci2,
     G: gl.constexpr,
@@ -366,7 +359,8 @@ def _query_columns(
     L16: gl.constexpr,
 ):
     """The ``B`` registers of query columns ``col0 .. col0 + 7`` of the chunk at ``qc`` (column
-    ``n``: query token ``qc + n // G_PAD``, head ``n % G_PAD`` of the group), rotated and scaled
+    ``n``: query token ``qc + n // G_PAD``, head ``n % G_PAD`` of the group; ``query``: ``(Q,
+    q_start, qc, q_len, h, stride_qt, stride_qh, q_mul)``), rotated and scaled
     as the keys were stored, sixteen ``[8, 4, 1]`` (thread ``(g, c)``: column ``col0 + g``,
     pairs ``32 c + 2 e``), and whether columns ``col0 + 2 c`` and ``+ 1`` hold a NaN or
     ±inf."""
@@ -376,6 +370,7 @@ def _query_columns(
     QL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (D // 8), D // 8], [1, 1], [1, 0])
     QC: gl.constexpr = gl.BlockedLayout([1, 1, 32], [8, 4, 1], [1, 1, 1], [2, 1, 0])
     QLOAD: gl.constexpr = QL if KEY_FP8 else QH
+    Q, q_start, qc, q_len, h, stride_qt, stride_qh, q_mul = query
     mq = col0 + gl.arange(0, 8, layout=gl.SliceLayout(1, QLOAD))
     dq = gl.arange(0, D, layout=gl.SliceLayout(0, QLOAD))
     tok_q = qc + mq // G_PAD
@@ -482,22 +477,13 @@ def _softmax_columns(s00, s01, s10, s11, state, acc, q_scale, values, LU: gl.con
 
 @gluon.jit
 def _store_columns(
-    Out,
-    Partial,
-    Lse,
+    dest,
     acc,
     state,
     f_i,
     q_bad0,
     q_bad1,
     cols,
-    q_start,
-    h,
-    split,
-    stride_ot,
-    stride_oh,
-    dpos,
-    gi2,
     G: gl.constexpr,
     G_PAD: gl.constexpr,
     NUM_Q_HEADS: gl.constexpr,
@@ -508,7 +494,9 @@ def _store_columns(
 ):
     """One column tile's output rows (or, with kv splits, its partial rows and their
     log-sum-exps). ``cols``: columns ``2 c``, ``2 c + 1`` of the tile (index, query token,
-    whether in use)."""
+    whether in use); ``dest``: ``(Out, Partial, Lse, q_start, h, split, stride_ot, stride_oh,
+    dpos, gi2)``."""
+    Out, Partial, Lse, q_start, h, split, stride_ot, stride_oh, dpos, gi2 = dest
     m_0, m_1, l_0, l_1, r_0, r_1 = state
     n0, n1, tok0, tok1, ok0, ok1 = cols
     # each column's sums over its 8 lanes
@@ -689,26 +677,8 @@ def token_rows_attention_kernel(
                 slot_e = ((q_start + tok_e).to(gl.int64) * NUM_Q_HEADS + h * G + n_e % G_PAD) * NUM_SPLITS + split
                 gl.store(Lse + slot_e, gl.full([8, 4], float("-inf"), gl.float32, L2), mask=ok_e & first_g)
         else:
-            qr, q_bad0, q_bad1 = _query_columns(
-                Q,
-                q_start,
-                qc,
-                q_len,
-                h,
-                stride_qt,
-                stride_qh,
-                q_mul,
-                0,
-                ci2,
-                G,
-                G_PAD,
-                D,
-                LOG2_D,
-                KEY_FP8,
-                SATURATE_QUERY,
-                L2,
-                L16,
-            )
+            query = (Q, q_start, qc, q_len, h, stride_qt, stride_qh, q_mul)
+            qr, q_bad0, q_bad1 = _query_columns(query, 0, ci2, G, G_PAD, D, LOG2_D, KEY_FP8, SATURATE_QUERY, L2, L16)
             q0, q1, q2, q3, q4, q5, q6, q7, q8, q9, q10, q11, q12, q13, q14, q15 = qr
             # each column's causal bound
             row_pos0 = seq_len - q_len + tok0
@@ -726,24 +696,7 @@ def token_rows_attention_kernel(
             )
             if NCT == 2:
                 pr, q_bad8, q_bad9 = _query_columns(
-                    Q,
-                    q_start,
-                    qc,
-                    q_len,
-                    h,
-                    stride_qt,
-                    stride_qh,
-                    q_mul,
-                    8,
-                    ci2,
-                    G,
-                    G_PAD,
-                    D,
-                    LOG2_D,
-                    KEY_FP8,
-                    SATURATE_QUERY,
-                    L2,
-                    L16,
+                    query, 8, ci2, G, G_PAD, D, LOG2_D, KEY_FP8, SATURATE_QUERY, L2, L16
                 )
                 p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15 = pr
                 cols1 = (seq_len - q_len + tok8, seq_len - q_len + tok9, ok8, ok9)
@@ -1002,49 +955,21 @@ def token_rows_attention_kernel(
                     if NCT == 2:
                         acc_b = acc_2
 
+            dest = (Out, Partial, Lse, q_start, h, split, stride_ot, stride_oh, dpos, gi2)
+            cols = (n0, n1, tok0, tok1, ok0, ok1)
             _store_columns(
-                Out,
-                Partial,
-                Lse,
-                acc,
-                state0,
-                f_i,
-                q_bad0,
-                q_bad1,
-                (n0, n1, tok0, tok1, ok0, ok1),
-                q_start,
-                h,
-                split,
-                stride_ot,
-                stride_oh,
-                dpos,
-                gi2,
-                G,
-                G_PAD,
-                NUM_Q_HEADS,
-                NUM_SPLITS,
-                D,
-                SKIP_EMPTY,
-                L16,
+                dest, acc, state0, f_i, q_bad0, q_bad1, cols, G, G_PAD, NUM_Q_HEADS, NUM_SPLITS, D, SKIP_EMPTY, L16
             )
             if NCT == 2:
+                cols = (n0 + 8, n1 + 8, tok8, tok9, ok8, ok9)
                 _store_columns(
-                    Out,
-                    Partial,
-                    Lse,
+                    dest,
                     acc_b,
                     state1,
                     f_i,
                     q_bad8,
                     q_bad9,
-                    (n0 + 8, n1 + 8, tok8, tok9, ok8, ok9),
-                    q_start,
-                    h,
-                    split,
-                    stride_ot,
-                    stride_oh,
-                    dpos,
-                    gi2,
+                    cols,
                     G,
                     G_PAD,
                     NUM_Q_HEADS,
