@@ -21,15 +21,22 @@ import pytest
 import test_attention_numerics as numerics
 import test_memory_safety as memory_safety
 import torch
-from tqt_helpers import ON_GPU, assert_close, make_batch, run_triton
+from tqt_canary import cache_canary, fill_free_slots, out_canary, request_reference
+from tqt_helpers import ON_GPU, TOL, assert_close, make_batch, run_triton
 
 import tq_core
+import tq_triton
+from tq_core.testing import assert_attention_close
 from tq_triton.attention import gluon_launch, launch, plan
 from tq_triton.device import DeviceFacts
 from tq_triton.tuning import AttentionConfig
 
 H100 = DeviceFacts(name="NVIDIA H100", nvidia=True, capability=(9, 0), multiprocessors=132)
 PRESETS = list(plan.TOKEN_ROWS_PRESETS)
+# the presets test_memory_safety's cases run (they pass no calibration); the calibrated ones
+# have their own hostile-metadata test below
+VLLM_PRESETS = [n for n in PRESETS if not tq_core.get_preset(n).calibrated]
+CALIBRATED_PRESETS = [n for n in PRESETS if tq_core.get_preset(n).calibrated]
 needs_gpu = pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run only on an NVIDIA GPU")
 needs_gluon = pytest.mark.skipif(not plan.gluon_available(), reason="this Triton has no Gluon")
 
@@ -53,6 +60,10 @@ COMPILED = [
     ("turboquant_k3v4_nc", 4, 64, 16, 0, 8, 1),
     ("turboquant_4bit_nc", 4, 32, 1, 1, 16, 1),
     ("turboquant_3bit_nc", 2, 16, 16, 0, 8, 1),
+    ("tq_k4v4", 4, 32, 16),
+    ("tq_k4v3", 4, 16, 1, 1),
+    ("tq_k4v4", 4, 32, 16, 0, 16),
+    ("tq_k4v3", 8, 32, 16, 0, 16),
 ]
 
 
@@ -118,7 +129,7 @@ def test_the_plan_picks_it_only_where_it_applies():
     assert _plan(norm_mma=0).constexprs["NORM_MMA"] is False
     assert "NORM_MMA" not in _plan(token_rows=0, norm_mma=1).constexprs
     refusals = {
-        "tq_k4v3: the token-rows kernel decodes": dict(preset="tq_k4v3"),
+        "tq_k6v5: the token-rows kernel decodes": dict(preset="tq_k6v5"),
         "q_len 8 times 4 q heads": dict(longest=8),
         "q_len 4 times 8 q heads": dict(group=8, longest=4),
         "head_dim 64": dict(head_dim=64),
@@ -260,7 +271,7 @@ METADATA_MODES = [(*mode, 2) for mode in memory_safety.SPLIT_MODES] + [(1, 0, "0
 
 @needs_gpu
 @needs_gluon
-@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("preset", VLLM_PRESETS)
 @pytest.mark.parametrize(("splits", "budget", "skip", "group"), METADATA_MODES)
 @pytest.mark.parametrize("case", list(memory_safety.CASES))
 def test_out_of_range_metadata(
@@ -278,7 +289,7 @@ def test_out_of_range_metadata(
 
 @needs_gpu
 @needs_gluon
-@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("preset", VLLM_PRESETS)
 @pytest.mark.parametrize("strided", ["block_table_rows", "block_table_cols", "seq_lens", "query_start_loc", "all"])
 def test_index_tensors_read_through_their_strides(strided, preset, gen, device, token_rows_launches, monkeypatch):
     _cuda_only(device)
@@ -286,3 +297,37 @@ def test_index_tensors_read_through_their_strides(strided, preset, gen, device, 
     monkeypatch.setattr(memory_safety, "D", 128)
     memory_safety.test_attention_reads_index_tensors_through_their_strides(strided, False, gen, device)
     assert token_rows_launches
+
+
+@needs_gpu
+@needs_gluon
+@pytest.mark.parametrize("preset", CALIBRATED_PRESETS)
+@pytest.mark.parametrize(("splits", "budget", "skip"), memory_safety.SPLIT_MODES)
+@pytest.mark.parametrize("group", [2, 4], ids=["8_columns", "16_columns"])
+def test_calibrated_hostile_metadata_stays_inside_the_tensors(
+    preset, splits, budget, skip, group, gen, device, token_rows_launches, monkeypatch
+):
+    """test_calibrated's hostile batch (a block id far outside the cache, a seq_len past the
+    block table, a query_start_loc past the rows) at head_dim 128 through this kernel, each
+    kv-split mode, one and two column tiles: nothing outside the cache or ``out`` is read or
+    written, and the valid request matches tq-core."""
+    _cuda_only(device)
+    monkeypatch.setenv("TQ_SPLIT_BUDGET", str(budget))
+    monkeypatch.setenv("TQ_SKIP_EMPTY", skip)
+    b = make_batch(gen, preset, [32, 20, 7], [1, 3, 2], head_dim=128, num_kv_heads=1, group=group, device=device)
+    fill_free_slots(b, gen)
+    bt = b.block_table.clone()
+    bt[0, 1] = 10**8
+    sl = b.seq_lens.clone()
+    sl[1] = 10**6
+    qsl = b.query_start_loc.clone()
+    qsl[3] = 10**9
+    c, o = cache_canary(b.kv_cache), out_canary(b.query)
+    tq_triton.attention(
+        b.query, c.view, bt, sl, qsl, b.preset, b.scale, out=o.view, num_kv_splits=splits, max_query_len=4, **b.extra()
+    )
+    c.assert_outside_unchanged()
+    o.assert_outside_unchanged()
+    assert torch.equal(c.view, b.kv_cache), "attention wrote into the cache"
+    assert_attention_close(o.view[4:6], request_reference(b, 2, 7, (4, 6)), tol=TOL, what="request 2")
+    assert token_rows_launches, "the token-rows kernel did not run"

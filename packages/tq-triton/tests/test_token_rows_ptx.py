@@ -379,3 +379,62 @@ def test_transposed_probabilities_times_3_bit_values(nct):
                     got[16 * g + 2 * u + 1, 8 * k + 2 * c + j] = out[4 * k + 2 + j]
     want = (codes - 4).T.astype(np.float64) @ p.astype(np.float16).astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
+
+
+def _magnitude_selectors(word: int) -> int:
+    """``key_lut.magnitude_selectors_fn`` of one word: each nibble's code ``c`` -> ``7 - c``
+    below 8, ``c - 8`` from 8 (the index of its magnitude in a symmetric codebook's table)."""
+    out = 0
+    for i in range(8):
+        c = (word >> (4 * i)) & 15
+        out |= (7 - c if c < 8 else c - 8) << (4 * i)
+    return out
+
+
+@pytest.mark.parametrize("signed", [True, False])
+@pytest.mark.parametrize("nct", [1, 2])
+def test_transposed_probabilities_times_lloyd_max_values(nct, signed):
+    # calibrated formats' values: codes in nibbles (3-bit codes spread to nibbles), looked up
+    # in the value codebook's register table (signed: a symmetric 16-entry codebook by its 8
+    # magnitudes and each code's bit 3) straight into the value product's A registers
+    gen = np.random.default_rng(11)
+    p = gen.random((16, 8 * nct)).astype(np.float32)
+    if signed:
+        half = np.sort(gen.uniform(0.01, 2.5, 8)).astype(np.float16)
+        cent = np.concatenate([-half[::-1], half])  # symmetric, ascending
+        codes = gen.integers(0, 16, (16, 128))
+        codes[0] = 15
+        codes[9] = 0
+        codes[3, ::2] = 7  # the magnitudes' two ends
+        codes[3, 1::2] = 8
+    else:
+        cent = np.sort(gen.uniform(-2.0, 2.0, 8)).astype(np.float16)
+        codes = gen.integers(0, 8, (16, 128))
+        codes[5] = 7
+    lut = [v & MASK for v in lut_words(torch.from_numpy(cent)).tolist()]
+    n = 4 * nct
+
+    def word(token: int, w: int) -> int:
+        return sum(int(codes[token, 8 * w + i]) << (4 * i) for i in range(8))
+
+    b_regs = _probability_b_regs(p, nct)
+    got = np.zeros((128, 8 * nct))
+    for u in range(8):
+        k = u % 4
+        ops = []
+        for lane in range(32):
+            g, c = divmod(lane, 4)
+            words = [word(t, 2 * g + u // 4) for t in (2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9)]
+            vals = [*words, k | ((k + 4) << 8), k | ((k + 4) << 4)]
+            if signed:
+                vals += [_magnitude_selectors(x) for x in words]
+            vals += lut + [b_regs[kk][h][lane] for kk in range(nct) for h in range(2)] + [0.0] * n
+            ops.append({n + i: v for i, v in enumerate(vals)})
+        for lane, out in enumerate(run_warp(ptx.pvl_ptx(nct, signed), ops)):
+            g, c = divmod(lane, 4)
+            for kk in range(nct):
+                for j in range(2):
+                    got[16 * g + 2 * u, 8 * kk + 2 * c + j] = out[4 * kk + j]
+                    got[16 * g + 2 * u + 1, 8 * kk + 2 * c + j] = out[4 * kk + 2 + j]
+    want = cent.astype(np.float64)[codes].T @ p.astype(np.float16).astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)

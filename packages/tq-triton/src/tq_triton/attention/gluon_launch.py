@@ -72,8 +72,9 @@ def launch_token_rows(
     grid: tuple[int, int, int], args: tuple, constexprs: dict[str, object], options: dict[str, Any] | None = None
 ) -> None:
     """``token_rows_kernel.token_rows_attention_kernel`` on ``grid`` (one warp per program)
-    with the Triton kernel's positional ``args`` (without the calibration pointers) and the
-    plan's constexprs (those that are not its parameters are left out)."""
+    with the Gluon kernel's positional ``args`` (the calibration pointers and the value
+    codebook's register table last) and the plan's constexprs (those that are not its
+    parameters are left out)."""
     from .token_rows_kernel import token_rows_attention_kernel
 
     names = _token_rows_params()
@@ -113,6 +114,7 @@ def compile_token_rows(
         BALANCE=balance,
         SKIP_EMPTY=False,
         NORM_MMA=norm_mma,
+        CALIBRATED=p.calibrated,
     )
     return _compile(token_rows_attention_kernel, consts, 1, sm, maxnreg)
 

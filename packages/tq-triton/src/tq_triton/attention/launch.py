@@ -182,7 +182,9 @@ def attention(
     # portable kernel then runs, with its own centroid tensors. The Gluon kernel looks
     # calibrated formats' values up in their register table, whatever key_lut says
     if plan.token_rows:
-        launch_token_rows(grid, tuple(kernel_args), plan.constexprs, plan.options)
+        launch_token_rows(
+            grid, (*kernel_args, *_calibration_args(p, calibration, d, dev, True)), plan.constexprs, plan.options
+        )
     gluon = plan.token_rows or (
         plan.gluon
         and launch_gluon(

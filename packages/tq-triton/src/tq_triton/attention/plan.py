@@ -131,6 +131,8 @@ TOKEN_ROWS_PRESETS = (
     "turboquant_k3v4_nc",
     "turboquant_4bit_nc",
     "turboquant_3bit_nc",
+    "tq_k4v3",
+    "tq_k4v4",
 )
 
 
@@ -139,7 +141,8 @@ def token_rows_refusal(
 ) -> str:
     """Why ``token_rows_kernel`` cannot compute a launch the Gluon kernel may run, or ``""``:
     it decodes fp8, 3- and 4-bit codebook keys with uniform 4-bit values (k8v4, k3v4_nc,
-    4bit_nc) and 3-bit keys with uniform 3-bit values (3bit_nc) at head_dim 128; its 16 query
+    4bit_nc), 3-bit keys with uniform 3-bit values (3bit_nc) and the calibrated formats with
+    4-bit keys and 3- or 4-bit Lloyd-Max values (tq_k4v3, tq_k4v4) at head_dim 128; its 16 query
     columns must hold the batch's longest q_len (``longest``, rounded up to a power of two)
     times the q heads per kv head (``group_pad``, padded), so that each program reads the
     cache once; 16-64 tokens per tile; blocks of at least 16 tokens (a 16-token row tile then

@@ -24,6 +24,7 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from ..key_lut import magnitude_selectors_fn
 from . import token_rows_ptx as ptx
 from .bounds import request_bounds_fn
 from .gluon_kernel import _balanced_chunk, _butterflies, load_blocks, register_table
@@ -34,6 +35,7 @@ _output_factors = gluon.jit(output_factors_fn)
 _row_lse = gluon.jit(row_lse_fn)
 _nonfinite_rows = gluon.jit(nonfinite_rows_fn)
 _saturate = gluon.jit(saturate_fn)
+_magnitude_selectors = gluon.jit(magnitude_selectors_fn)
 
 # the PTX as constexprs (a jit function reads no other globals)
 _QK3_LO = gl.constexpr(ptx.qk3_ptx(0))
@@ -65,6 +67,14 @@ _PV3_2 = gl.constexpr(ptx.pv3_ptx(2))
 _PV3_2C = gl.constexpr(ptx.pv3_constraints(2))
 _PV4_2 = gl.constexpr(ptx.pv4_ptx(2))
 _PV4_2C = gl.constexpr(ptx.pv4_constraints(2))
+_PVL = gl.constexpr(ptx.pvl_ptx(1, True))
+_PVL_C = gl.constexpr(ptx.pvl_constraints(1, True))
+_PVL_2 = gl.constexpr(ptx.pvl_ptx(2, True))
+_PVL_2C = gl.constexpr(ptx.pvl_constraints(2, True))
+_PVL3 = gl.constexpr(ptx.pvl_ptx(1, False))
+_PVL3_C = gl.constexpr(ptx.pvl_constraints(1, False))
+_PVL3_2 = gl.constexpr(ptx.pvl_ptx(2, False))
+_PVL3_2C = gl.constexpr(ptx.pvl_constraints(2, False))
 _PAIR_T = gl.constexpr(ptx.PAIR_TRANSPOSED_PTX)
 _PAIR_T_C = gl.constexpr(ptx.PAIR_TRANSPOSED_CONSTRAINTS)
 
@@ -174,6 +184,15 @@ def _bits48(p, mask):
 
 
 @gluon.jit
+def _nibbles(x):
+    """The 8 3-bit codes in bits 0-23 of ``x`` (int32) in the nibbles of one word, code ``i``
+    in nibble ``i`` (bit 3 of each nibble clear)."""
+    t = (x & 0xFFF) | ((x << 4) & 0x0FFF0000)
+    t = (t & 0x003F003F) | ((t << 2) & 0x3F003F00)
+    return (t & 0x07070707) | ((t << 1) & 0x70707070)
+
+
+@gluon.jit
 def _load_tile(
     start,
     where,
@@ -191,14 +210,16 @@ def _load_tile(
     KEY_FP8: gl.constexpr,
     KBITS: gl.constexpr,
     VBITS: gl.constexpr,
+    CALIBRATED: gl.constexpr,
 ):
     """The tile at ``start``: its key words of rows ``g`` and ``g + 8`` of each row tile
     (3-bit codes: the chunk's three words each, ``[8, 4, MT]``; fp8 or 4-bit codes: the
     chunk's eight or four words, ``[8, 4, MT, 8 or 4]``, in the first slot), their norms,
     value scales and zero points ``[8, 1, MT]``, and the value words ``2 g, 2 g + 1`` of
     tokens ``2 c, 2 c + 1, 2 c + 8, 2 c + 9`` ``[8, 4, MT]`` (3-bit values: those positions'
-    bits 0-31 and 32-47). Nothing is read from ``hi`` on; a block id outside ``[0,
-    num_blocks)`` is read as the last block (``gluon_kernel.load_blocks``)."""
+    bits 0-31 and 32-47; calibrated formats' 3-bit codes: spread to the nibbles of two words,
+    as 4-bit ones; no zero points, ``vz`` is ``vs``). Nothing is read from ``hi`` on; a block
+    id outside ``[0, num_blocks)`` is read as the last block (``gluon_kernel.load_blocks``)."""
     _, _, head_base, stride_blk, hi, _ = where
     TL: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(1, LT))
     gi = gl.arange(0, 8, layout=gl.SliceLayout(1, gl.SliceLayout(2, LT)))[:, None, None]
@@ -257,8 +278,12 @@ def _load_tile(
     f1 = (base + (first + gi + 8).to(gl.int64) * 2).to(gl.pointer_type(gl.float16))
     vs0 = gl.load(f0 + SCALE_OFF // 2, mask=m0, other=0.0)
     vs1 = gl.load(f1 + SCALE_OFF // 2, mask=m1, other=0.0)
-    vz0 = gl.load(f0 + ZERO_OFF // 2, mask=m0, other=0.0)
-    vz1 = gl.load(f1 + ZERO_OFF // 2, mask=m1, other=0.0)
+    if CALIBRATED:
+        vz0 = vs0
+        vz1 = vs1
+    else:
+        vz0 = gl.load(f0 + ZERO_OFF // 2, mask=m0, other=0.0)
+        vz1 = gl.load(f1 + ZERO_OFF // 2, mask=m1, other=0.0)
     if KEY_FP8:
         kn0 = vs0
         kn1 = vs1
@@ -283,6 +308,12 @@ def _load_tile(
         v2, v3 = _bits48(vb, mb)
         v4, v5 = _bits48(vc, mc)
         v6, v7 = _bits48(vd, md)
+        if CALIBRATED:
+            # Lloyd-Max codes are looked up by nibble: codes 0-7 and 8-15 of the 16 in two words
+            v0, v1 = _nibbles(v0), _nibbles(((v0 >> 24) & 0xFF) | (v1 << 8))
+            v2, v3 = _nibbles(v2), _nibbles(((v2 >> 24) & 0xFF) | (v3 << 8))
+            v4, v5 = _nibbles(v4), _nibbles(((v4 >> 24) & 0xFF) | (v5 << 8))
+            v6, v7 = _nibbles(v6), _nibbles(((v6 >> 24) & 0xFF) | (v7 << 8))
     else:
         vbase = base + VAL_OFF + gi * 8
         va = (vbase + (first + vt).to(gl.int64) * VAL_BYTES).to(gl.pointer_type(gl.int32))
@@ -347,6 +378,7 @@ def _pv_step(acc, acc_b, ops, z, b0, b1, c0, c1, TEXT: gl.constexpr, CONSTRAINTS
 @gluon.jit
 def _query_columns(
     query,
+    key_cal,
     col0,
     ci2,
     G: gl.constexpr,
@@ -355,15 +387,19 @@ def _query_columns(
     LOG2_D: gl.constexpr,
     KEY_FP8: gl.constexpr,
     SATURATE_QUERY: gl.constexpr,
+    CALIBRATED: gl.constexpr,
     L2: gl.constexpr,
     L16: gl.constexpr,
+    LU: gl.constexpr,
 ):
     """The ``B`` registers of query columns ``col0 .. col0 + 7`` of the chunk at ``qc`` (column
     ``n``: query token ``qc + n // G_PAD``, head ``n % G_PAD`` of the group; ``query``: ``(Q,
     q_start, qc, q_len, h, stride_qt, stride_qh, q_mul)``), rotated and scaled
     as the keys were stored, sixteen ``[8, 4, 1]`` (thread ``(g, c)``: column ``col0 + g``,
-    pairs ``32 c + 2 e``), and whether columns ``col0 + 2 c`` and ``+ 1`` hold a NaN or
-    ±inf."""
+    pairs ``32 c + 2 e``), whether columns ``col0 + 2 c`` and ``+ 1`` hold a NaN or ±inf, and
+    their position-0 score terms (calibrated formats, ``kernel.py``'s: ``(q * q_mul) . (mu0 -
+    mu)``, the query then divided by the key gain before its rotation; ``key_cal``: the key
+    gain, offset and first-position offset; 0 for the other formats), ``[8, 4]`` each."""
     # the query's Hadamard transform (gluon_kernel's layouts, one warp)
     QH: gl.constexpr = gl.BlockedLayout([1, D // 2], [16, 2], [1, 1], [1, 0])
     QE: gl.constexpr = gl.BlockedLayout([1, 1], [16, 2], [1, 1], [1, 0])
@@ -384,8 +420,25 @@ def _query_columns(
         other=0.0,
     ).to(gl.float32)
     q_bad_rows = _nonfinite_rows(q)
+    fb0 = gl.zeros([8, 4], gl.float32, L2)
+    fb1 = fb0
     if KEY_FP8:
         q = q * q_mul
+    elif CALIBRATED:
+        KeyGain, KeyOffset, KeyFirstOffset = key_cal
+        ch = h.to(gl.int64) * D + dq
+        shift = gl.load(KeyFirstOffset + ch) - gl.load(KeyOffset + ch)
+        fb = gl.sum(q * q_mul * shift[None, :], axis=1)  # column col0 + n's
+        # each thread's columns 2 c and 2 c + 1: the 8 terms in every thread, one picked
+        n8 = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, LU)))[None, None, :]
+        c3 = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LU)))[None, :, None]
+        fb8 = gl.convert_layout(fb, gl.SliceLayout(0, gl.SliceLayout(1, LU)))[None, None, :]
+        z = gl.zeros([8, 4], gl.float32, gl.SliceLayout(2, LU))
+        fb0 = gl.convert_layout(z + gl.sum(gl.where(n8 == 2 * c3, fb8, 0.0), axis=2), L2, assert_trivial=True)
+        fb1 = gl.convert_layout(z + gl.sum(gl.where(n8 == 2 * c3 + 1, fb8, 0.0), axis=2), L2, assert_trivial=True)
+        q = q * ((q_mul / gl.sqrt(D * 1.0)) / gl.load(KeyGain + ch))[None, :]
+        q = _butterflies(q, 8, D, 0, LOG2_D - 1)
+        q = _butterflies(gl.convert_layout(q, QE), 8, D, LOG2_D - 1, LOG2_D)
     else:
         q = q * (q_mul / gl.sqrt(D * 1.0))
         q = _butterflies(q, 8, D, 0, LOG2_D - 1)
@@ -426,7 +479,7 @@ def _query_columns(
         q14[:, :, None],
         q15[:, :, None],
     )
-    return regs, q_bad0, q_bad1
+    return regs, q_bad0, q_bad1, fb0, fb1
 
 
 @gluon.jit
@@ -476,6 +529,63 @@ def _softmax_columns(s00, s01, s10, s11, state, acc, q_scale, values, LU: gl.con
 
 
 @gluon.jit
+def _store_rotated(
+    o_0,
+    o_1,
+    b_0,
+    b_1,
+    dest,
+    calib,
+    G: gl.constexpr,
+    G_PAD: gl.constexpr,
+    NUM_Q_HEADS: gl.constexpr,
+    NUM_SPLITS: gl.constexpr,
+    D: gl.constexpr,
+    LOG2_D: gl.constexpr,
+):
+    """A calibrated format's column tile leaves as ``kernel.py``'s does: ``o_0``, ``o_1``
+    (columns ``2 c``, ``2 c + 1``; ``[8, 4, 16]``, head_dim ``16 g + e``, already times ``a``)
+    rotated back (the orthonormal Hadamard transform of each column's 128 positions, in the
+    query's layouts), divided by the value gain, plus ``nu + b (nu0 - nu)`` (``b_0``, ``b_1``:
+    each column's probability of position 0), stored as output or partial rows. ``calib``:
+    ``(ValueGain, ValueOffset, ValueFirstOffset, col0, qc, q_len)``, the tile's first column
+    and the chunk's query tokens."""
+    QH: gl.constexpr = gl.BlockedLayout([1, D // 2], [16, 2], [1, 1], [1, 0])
+    QE: gl.constexpr = gl.BlockedLayout([1, 1], [16, 2], [1, 1], [1, 0])
+    QL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (D // 8), D // 8], [1, 1], [1, 0])
+    Out, Partial, _, q_start, h, split, stride_ot, stride_oh, _, _ = dest
+    ValueGain, ValueOffset, ValueFirstOffset, col0, qc, q_len = calib
+    # [8 (g), 4 (c), 16 (e), 2 (j)] -> [8 columns (2 c + j), 128 positions (16 g + e)]
+    o = gl.reshape(gl.permute(gl.join(o_0, o_1), (1, 3, 0, 2)), [8, D]) * (1.0 / gl.sqrt(D * 1.0))
+    o = _butterflies(gl.convert_layout(o, QH), 8, D, 0, LOG2_D - 1)
+    o = _butterflies(gl.convert_layout(o, QE), 8, D, LOG2_D - 1, LOG2_D)
+    o = gl.convert_layout(o, QL)
+    # each column's b: the same in a column's 8 lanes
+    b = gl.reshape(gl.max(gl.join(b_0, b_1), axis=0), [8])
+    b = gl.convert_layout(b, gl.SliceLayout(1, QL))
+    dc = gl.arange(0, D, layout=gl.SliceLayout(0, QL))
+    ch = h.to(gl.int64) * D + dc
+    nu = gl.load(ValueOffset + ch)
+    nu_first_shift = gl.load(ValueFirstOffset + ch) - nu
+    inv_gain = 1.0 / gl.load(ValueGain + ch)
+    o = o * inv_gain[None, :] + nu[None, :] + b[:, None] * nu_first_shift[None, :]
+    n = col0 + gl.arange(0, 8, layout=gl.SliceLayout(1, QL))
+    tok = qc + n // G_PAD
+    ok = (tok < q_len) & (n % G_PAD < G)
+    q_row = (q_start + tok).to(gl.int64)
+    head = h * G + n % G_PAD
+    if NUM_SPLITS == 1:
+        gl.store(
+            Out + q_row[:, None] * stride_ot + head[:, None] * stride_oh + dc[None, :],
+            o.to(Out.dtype.element_ty),
+            mask=ok[:, None],
+        )
+    else:
+        slot = (q_row * NUM_Q_HEADS + head) * NUM_SPLITS + split
+        gl.store(Partial + slot[:, None] * D + dc[None, :], o, mask=ok[:, None])
+
+
+@gluon.jit
 def _store_columns(
     dest,
     acc,
@@ -484,18 +594,21 @@ def _store_columns(
     q_bad0,
     q_bad1,
     cols,
+    calib,
     G: gl.constexpr,
     G_PAD: gl.constexpr,
     NUM_Q_HEADS: gl.constexpr,
     NUM_SPLITS: gl.constexpr,
     D: gl.constexpr,
+    LOG2_D: gl.constexpr,
     SKIP_EMPTY: gl.constexpr,
+    CALIBRATED: gl.constexpr,
     L16: gl.constexpr,
 ):
     """One column tile's output rows (or, with kv splits, its partial rows and their
     log-sum-exps). ``cols``: columns ``2 c``, ``2 c + 1`` of the tile (index, query token,
     whether in use); ``dest``: ``(Out, Partial, Lse, q_start, h, split, stride_ot, stride_oh,
-    dpos, gi2)``."""
+    dpos, gi2)``; ``calib``: :func:`_store_rotated`'s, for calibrated formats."""
     Out, Partial, Lse, q_start, h, split, stride_ot, stride_oh, dpos, gi2 = dest
     m_0, m_1, l_0, l_1, r_0, r_1 = state
     n0, n1, tok0, tok1, ok0, ok1 = cols
@@ -510,9 +623,12 @@ def _store_columns(
     o_0 = gl.reshape(gl.join(acc[0], acc[2]), [8, 4, 16])
     o_1 = gl.reshape(gl.join(acc[1], acc[3]), [8, 4, 16])
     o_0 = gl.convert_layout(o_0, L16) * gl.convert_layout(fa_0, gl.SliceLayout(2, L16))[:, :, None]
-    o_0 = o_0 + gl.convert_layout(fb_0, gl.SliceLayout(2, L16))[:, :, None]
     o_1 = gl.convert_layout(o_1, L16) * gl.convert_layout(fa_1, gl.SliceLayout(2, L16))[:, :, None]
-    o_1 = o_1 + gl.convert_layout(fb_1, gl.SliceLayout(2, L16))[:, :, None]
+    if CALIBRATED:
+        _store_rotated(o_0, o_1, fb_0, fb_1, dest, calib, G, G_PAD, NUM_Q_HEADS, NUM_SPLITS, D, LOG2_D)
+    else:
+        o_0 = o_0 + gl.convert_layout(fb_0, gl.SliceLayout(2, L16))[:, :, None]
+        o_1 = o_1 + gl.convert_layout(fb_1, gl.SliceLayout(2, L16))[:, :, None]
     for jj in gl.static_range(2):
         o_j = o_1 if jj == 1 else o_0
         tok_j = tok1 if jj == 1 else tok0
@@ -524,14 +640,16 @@ def _store_columns(
         head_o = gl.convert_layout(head, gl.SliceLayout(2, L16))[:, :, None]
         ok_o = gl.convert_layout(ok_j, gl.SliceLayout(2, L16))[:, :, None]
         if NUM_SPLITS == 1:
-            gl.store(
-                Out + q_row_o * stride_ot + head_o * stride_oh + dpos,
-                o_j.to(Out.dtype.element_ty),
-                mask=ok_o & (dpos < D),
-            )
+            if not CALIBRATED:
+                gl.store(
+                    Out + q_row_o * stride_ot + head_o * stride_oh + dpos,
+                    o_j.to(Out.dtype.element_ty),
+                    mask=ok_o & (dpos < D),
+                )
         else:
-            slot_o = (q_row_o * NUM_Q_HEADS + head_o) * NUM_SPLITS + split
-            gl.store(Partial + slot_o * D + dpos, o_j, mask=ok_o & (dpos < D))
+            if not CALIBRATED:
+                slot_o = (q_row_o * NUM_Q_HEADS + head_o) * NUM_SPLITS + split
+                gl.store(Partial + slot_o * D + dpos, o_j, mask=ok_o & (dpos < D))
             m_j = m_1 if jj == 1 else m_0
             lt_j = lt_1 if jj == 1 else lt_0
             bad_j = q_bad1 if jj == 1 else q_bad0
@@ -565,6 +683,13 @@ def token_rows_attention_kernel(
     stride_sl,
     stride_qs,
     split_programs,
+    KeyGain,
+    KeyOffset,
+    KeyFirstOffset,
+    ValueGain,
+    ValueOffset,
+    ValueFirstOffset,
+    VCentroids,
     G: gl.constexpr,
     G_PAD: gl.constexpr,
     NUM_Q_HEADS: gl.constexpr,
@@ -590,6 +715,7 @@ def token_rows_attention_kernel(
     BALANCE: gl.constexpr = False,
     SKIP_EMPTY: gl.constexpr = False,
     NORM_MMA: gl.constexpr = False,
+    CALIBRATED: gl.constexpr = False,
 ):
     """One warp; ``BLOCK_Q * G_PAD`` is 8 or 16 (the product's columns: one or two column
     tiles of 8, each key and value decoded once for both), ``D`` 128, ``BLOCK_KV`` 16, 32 or
@@ -628,6 +754,10 @@ def token_rows_attention_kernel(
         lut = (0, 0, 0, 0)
     else:
         lut = register_table(Centroids)
+    if CALIBRATED:
+        vlut = register_table(VCentroids)
+    else:
+        vlut = (0, 0, 0, 0)
 
     # per thread: query columns 2 c + j (j = 0, 1) of the first column tile, 8 + 2 c + j of
     # the second
@@ -641,6 +771,8 @@ def token_rows_attention_kernel(
     sel_u = ((uu % 4) | (((uu % 4) + 4) << 8)).to(gl.uint32)
     # 3-bit values: row tile u's codes at bits 6 u .. 6 u + 5 of a thread's 48
     shift_u = (uu * 6).to(gl.uint32)
+    # Lloyd-Max values: the row tile's byte of two words into bytes 0 and 1 (token_rows_ptx.pvl_ptx)
+    selm_u = ((uu % 4) | (((uu % 4) + 4) << 4)).to(gl.uint32)
     # the output's head_dim positions of a thread: 16 g .. 16 g + 15 (element 2 u + high nibble)
     go = gl.arange(0, 8, layout=gl.SliceLayout(1, gl.SliceLayout(2, L16)))[:, None, None]
     eo = gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, L16)))[None, None, :]
@@ -678,7 +810,10 @@ def token_rows_attention_kernel(
                 gl.store(Lse + slot_e, gl.full([8, 4], float("-inf"), gl.float32, L2), mask=ok_e & first_g)
         else:
             query = (Q, q_start, qc, q_len, h, stride_qt, stride_qh, q_mul)
-            qr, q_bad0, q_bad1 = _query_columns(query, 0, ci2, G, G_PAD, D, LOG2_D, KEY_FP8, SATURATE_QUERY, L2, L16)
+            key_cal = (KeyGain, KeyOffset, KeyFirstOffset)
+            qr, q_bad0, q_bad1, fb0, fb1 = _query_columns(
+                query, key_cal, 0, ci2, G, G_PAD, D, LOG2_D, KEY_FP8, SATURATE_QUERY, CALIBRATED, L2, L16, LU
+            )
             q0, q1, q2, q3, q4, q5, q6, q7, q8, q9, q10, q11, q12, q13, q14, q15 = qr
             # each column's causal bound
             row_pos0 = seq_len - q_len + tok0
@@ -695,8 +830,8 @@ def token_rows_attention_kernel(
                 gl.zeros([8, 4, 8], gl.float32, LU),
             )
             if NCT == 2:
-                pr, q_bad8, q_bad9 = _query_columns(
-                    query, 8, ci2, G, G_PAD, D, LOG2_D, KEY_FP8, SATURATE_QUERY, L2, L16
+                pr, q_bad8, q_bad9, fb8, fb9 = _query_columns(
+                    query, key_cal, 8, ci2, G, G_PAD, D, LOG2_D, KEY_FP8, SATURATE_QUERY, CALIBRATED, L2, L16, LU
                 )
                 p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15 = pr
                 cols1 = (seq_len - q_len + tok8, seq_len - q_len + tok9, ok8, ok9)
@@ -725,6 +860,7 @@ def token_rows_attention_kernel(
                 KEY_FP8,
                 KBITS,
                 VBITS,
+                CALIBRATED,
             )
             for start in range(kv_lo, hi, BLOCK_KV):
                 cur = tile
@@ -745,6 +881,7 @@ def token_rows_attention_kernel(
                     KEY_FP8,
                     KBITS,
                     VBITS,
+                    CALIBRATED,
                 )
                 k0, k1, k2, k3, k4, k5, kn0, kn1, vs0, vs1, vz0, vz1, v0, v1, v2, v3, v4, v5, v6, v7 = cur
                 # scores S^T: [8, 4, MT] per (key row h, column j); s.. of the first column
@@ -857,6 +994,16 @@ def token_rows_attention_kernel(
                         t01 = t01 * kf0
                         t10 = t10 * kf1
                         t11 = t11 * kf1
+                # nested, so that the compile-time test leaves no runtime one in other formats
+                if CALIBRATED:  # noqa: SIM102
+                    if start == 0:
+                        # position 0's score term (kernel.py): row 0 of the first row tile
+                        first = (ti * 16 + gi) == 0
+                        s00 = gl.where(first, s00 + fb0[:, :, None], s00)
+                        s01 = gl.where(first, s01 + fb1[:, :, None], s01)
+                        if NCT == 2:
+                            t00 = gl.where(first, t00 + fb8[:, :, None], t00)
+                            t01 = gl.where(first, t01 + fb9[:, :, None], t01)
                 if start + BLOCK_KV > unmasked_hi:
                     pos0 = start + ti * 16 + gi
                     pos1 = pos0 + 8
@@ -871,8 +1018,13 @@ def token_rows_attention_kernel(
                 f_new = gl.where(f_new > 0, f_new, 1.0)
                 fr = f_i / f_new
                 f_i = f_new
-                mid0 = vz0.to(gl.float32) + vsf0 * (1 << (VBITS - 1))
-                mid1 = vz1.to(gl.float32) + vsf1 * (1 << (VBITS - 1))
+                if CALIBRATED:
+                    # r sums the probability of position 0 (kernel.py), not centred values
+                    mid0 = ((start + ti * 16 + gi) == 0).to(gl.float32)
+                    mid1 = mid0 * 0.0
+                else:
+                    mid0 = vz0.to(gl.float32) + vsf0 * (1 << (VBITS - 1))
+                    mid1 = vz1.to(gl.float32) + vsf1 * (1 << (VBITS - 1))
                 values = (vsf0 / f_new[:, :, None], vsf1 / f_new[:, :, None], mid0, mid1, fr)
                 state0, acc, bt0, bt1 = _softmax_columns(s00, s01, s10, s11, state0, acc, q_scale, values, LU)
                 x0 = _tiles(bt0, MT, L2)
@@ -881,6 +1033,16 @@ def token_rows_attention_kernel(
                     state1, acc_b, bu0, bu1 = _softmax_columns(t00, t01, t10, t11, state1, acc_b, q_scale, values, LU)
                     y0 = _tiles(bu0, MT, L2)
                     y1 = _tiles(bu1, MT, L2)
+                if CALIBRATED and VBITS == 4:
+                    # each value word's magnitude selectors (a symmetric codebook's table)
+                    ma0 = _tiles(_magnitude_selectors(v0), MT, L2)
+                    ma1 = _tiles(_magnitude_selectors(v1), MT, L2)
+                    mb0 = _tiles(_magnitude_selectors(v2), MT, L2)
+                    mb1 = _tiles(_magnitude_selectors(v3), MT, L2)
+                    mc0 = _tiles(_magnitude_selectors(v4), MT, L2)
+                    mc1 = _tiles(_magnitude_selectors(v5), MT, L2)
+                    md0 = _tiles(_magnitude_selectors(v6), MT, L2)
+                    md1 = _tiles(_magnitude_selectors(v7), MT, L2)
                 va0 = _tiles(v0, MT, L2)
                 va1 = _tiles(v1, MT, L2)
                 vb0 = _tiles(v2, MT, L2)
@@ -911,7 +1073,53 @@ def token_rows_attention_kernel(
                         pc0 = gl.convert_layout(y0[t], gl.SliceLayout(2, LU), assert_trivial=True)
                         pc1 = gl.convert_layout(y1[t], gl.SliceLayout(2, LU), assert_trivial=True)
                         acc_2 = acc_b
-                    if VBITS == 3:
+                    if CALIBRATED:
+                        zu = sel_u * 0
+                        wa0, wa1, wb0, wb1 = _value_words(v_lo, v_hi, lo_u)
+                        vla, vlb, vha, vhb = vlut
+                        table = (zu + vla, zu + vlb, zu + vha, zu + vhb)
+                        if VBITS == 4:
+                            m_lo = (
+                                gl.convert_layout(ma0[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+                                gl.convert_layout(mb0[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+                                gl.convert_layout(mc0[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+                                gl.convert_layout(md0[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+                            )
+                            m_hi = (
+                                gl.convert_layout(ma1[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+                                gl.convert_layout(mb1[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+                                gl.convert_layout(mc1[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+                                gl.convert_layout(md1[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+                            )
+                            sa0, sa1, sb0, sb1 = _value_words(m_lo, m_hi, lo_u)
+                            acc, acc_2 = _pv_step(
+                                acc,
+                                acc_2,
+                                (wa0, wa1, wb0, wb1, sel_u, selm_u, sa0, sa1, sb0, sb1) + table,  # noqa: RUF005
+                                zu,
+                                pb0,
+                                pb1,
+                                pc0,
+                                pc1,
+                                _PVL if NCT == 1 else _PVL_2,
+                                _PVL_C if NCT == 1 else _PVL_2C,
+                                NCT,
+                            )
+                        else:
+                            acc, acc_2 = _pv_step(
+                                acc,
+                                acc_2,
+                                (wa0, wa1, wb0, wb1, sel_u, selm_u) + table,  # noqa: RUF005
+                                zu,
+                                pb0,
+                                pb1,
+                                pc0,
+                                pc1,
+                                _PVL3 if NCT == 1 else _PVL3_2,
+                                _PVL3_C if NCT == 1 else _PVL3_2C,
+                                NCT,
+                            )
+                    elif VBITS == 3:
                         zu = shift_u * 0
                         ops = (
                             zu + v_lo[0],
@@ -957,11 +1165,29 @@ def token_rows_attention_kernel(
 
             dest = (Out, Partial, Lse, q_start, h, split, stride_ot, stride_oh, dpos, gi2)
             cols = (n0, n1, tok0, tok1, ok0, ok1)
+            calib = (ValueGain, ValueOffset, ValueFirstOffset, 0, qc, q_len)
             _store_columns(
-                dest, acc, state0, f_i, q_bad0, q_bad1, cols, G, G_PAD, NUM_Q_HEADS, NUM_SPLITS, D, SKIP_EMPTY, L16
+                dest,
+                acc,
+                state0,
+                f_i,
+                q_bad0,
+                q_bad1,
+                cols,
+                calib,
+                G,
+                G_PAD,
+                NUM_Q_HEADS,
+                NUM_SPLITS,
+                D,
+                LOG2_D,
+                SKIP_EMPTY,
+                CALIBRATED,
+                L16,
             )
             if NCT == 2:
                 cols = (n0 + 8, n1 + 8, tok8, tok9, ok8, ok9)
+                calib = (ValueGain, ValueOffset, ValueFirstOffset, 8, qc, q_len)
                 _store_columns(
                     dest,
                     acc_b,
@@ -970,11 +1196,14 @@ def token_rows_attention_kernel(
                     q_bad8,
                     q_bad9,
                     cols,
+                    calib,
                     G,
                     G_PAD,
                     NUM_Q_HEADS,
                     NUM_SPLITS,
                     D,
+                    LOG2_D,
                     SKIP_EMPTY,
+                    CALIBRATED,
                     L16,
                 )
