@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 from test_store import _differences_are_rounding_boundaries, caches
-from tqt_canary import cache_canary, fill_free_slots, out_canary, request_reference
-from tqt_helpers import ON_GPU, TOL, assert_close, make_batch, run_triton
+from tqt_canary import cache_canary, check_calibrated_hostile_batch
+from tqt_helpers import ON_GPU, assert_close, make_batch, run_triton
 
 import tq_core
 import tq_triton
 from tq_core import CALIBRATED_PRESETS, PresetError
-from tq_core.testing import assert_attention_close, random_calibration
+from tq_core.testing import random_calibration
 
 NAMES = list(CALIBRATED_PRESETS)
 N_TOKENS = 3001 if ON_GPU else 77
@@ -106,20 +106,7 @@ def test_hostile_metadata_stays_inside_the_tensors(splits, gen, device):
     """A calibrated batch with a block id far outside the cache, a seq_len past the block
     table and a query_start_loc past the rows: nothing outside the cache or ``out`` is read or
     written (canary bytes around both), and the valid request matches tq-core."""
-    b = make_batch(gen, "tq_k6v5", [32, 20, 7], [1, 3, 2], head_dim=64, num_kv_heads=1, group=2, device=device)
-    fill_free_slots(b, gen)
-    bt = b.block_table.clone()
-    bt[0, 1] = 10**8
-    sl = b.seq_lens.clone()
-    sl[1] = 10**6
-    qsl = b.query_start_loc.clone()
-    qsl[3] = 10**9
-    c, o = cache_canary(b.kv_cache), out_canary(b.query)
-    tq_triton.attention(b.query, c.view, bt, sl, qsl, b.preset, b.scale, out=o.view, num_kv_splits=splits, **b.extra())
-    c.assert_outside_unchanged()
-    o.assert_outside_unchanged()
-    assert torch.equal(c.view, b.kv_cache), "attention wrote into the cache"
-    assert_attention_close(o.view[4:6], request_reference(b, 2, 7, (4, 6)), tol=TOL, what="request 2")
+    check_calibrated_hostile_batch(gen, "tq_k6v5", 64, 2, splits, device)
 
 
 def test_store_skips_hostile_slots_and_positions(gen, device):

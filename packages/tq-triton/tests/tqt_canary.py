@@ -4,9 +4,11 @@ pattern, so that a write (or, for fp16 fields of 0xFF bytes, a read) outside the
 from __future__ import annotations
 
 import torch
+from tqt_helpers import TOL, make_batch
 
 import tq_core
-from tq_core.testing import PagedBatch
+import tq_triton
+from tq_core.testing import PagedBatch, assert_attention_close
 
 # 0xFF bytes are NaN as fp16 scales and norms and as fp8 keys: a read of them poisons the row
 CACHE_FILL = 0xFF
@@ -75,3 +77,44 @@ def fill_free_slots(b: PagedBatch, gen: torch.Generator) -> PagedBatch:
         extra = {"calibration": b.calibration, "positions": torch.ones(free.numel(), dtype=torch.int64, device=dev)}
     tq_core.store(k, v, b.kv_cache, free.to(dev), b.preset, **extra)
     return b
+
+
+def check_calibrated_hostile_batch(
+    gen: torch.Generator,
+    preset: str,
+    head_dim: int,
+    group: int,
+    splits: int,
+    device: str,
+    max_query_len: int | None = None,
+) -> None:
+    """A calibrated batch with a block id far outside the cache, a seq_len past the block
+    table and a query_start_loc past the rows, through ``tq_triton.attention``: nothing
+    outside the cache or ``out`` is read or written (canary bytes around both), and the
+    valid request (2) matches tq-core."""
+    b = make_batch(gen, preset, [32, 20, 7], [1, 3, 2], head_dim=head_dim, num_kv_heads=1, group=group, device=device)
+    fill_free_slots(b, gen)
+    bt = b.block_table.clone()
+    bt[0, 1] = 10**8
+    sl = b.seq_lens.clone()
+    sl[1] = 10**6
+    qsl = b.query_start_loc.clone()
+    qsl[3] = 10**9
+    c, o = cache_canary(b.kv_cache), out_canary(b.query)
+    tq_triton.attention(
+        b.query,
+        c.view,
+        bt,
+        sl,
+        qsl,
+        b.preset,
+        b.scale,
+        out=o.view,
+        num_kv_splits=splits,
+        max_query_len=max_query_len,
+        **b.extra(),
+    )
+    c.assert_outside_unchanged()
+    o.assert_outside_unchanged()
+    assert torch.equal(c.view, b.kv_cache), "attention wrote into the cache"
+    assert_attention_close(o.view[4:6], request_reference(b, 2, 7, (4, 6)), tol=TOL, what="request 2")

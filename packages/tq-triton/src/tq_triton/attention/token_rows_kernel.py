@@ -332,6 +332,18 @@ def _load_tile(
 
 
 @gluon.jit
+def _row_tile(a, b, c, d, t: gl.constexpr, LU: gl.constexpr):
+    """Row tile ``t`` of four per-token tensors (:func:`_tiles`' tuples) as ``[8, 4, 1]`` in
+    the value product's layout."""
+    return (
+        gl.convert_layout(a[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+        gl.convert_layout(b[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+        gl.convert_layout(c[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+        gl.convert_layout(d[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
+    )
+
+
+@gluon.jit
 def _value_words(v_lo, v_hi, lo_u):
     """The four value words of the value product's row tiles (``lo_u``: word ``2 g``, else
     ``2 g + 1``)."""
@@ -1052,18 +1064,8 @@ def token_rows_attention_kernel(
                 vd0 = _tiles(v6, MT, L2)
                 vd1 = _tiles(v7, MT, L2)
                 for t in gl.static_range(MT):
-                    v_lo = (
-                        gl.convert_layout(va0[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
-                        gl.convert_layout(vb0[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
-                        gl.convert_layout(vc0[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
-                        gl.convert_layout(vd0[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
-                    )
-                    v_hi = (
-                        gl.convert_layout(va1[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
-                        gl.convert_layout(vb1[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
-                        gl.convert_layout(vc1[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
-                        gl.convert_layout(vd1[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
-                    )
+                    v_lo = _row_tile(va0, vb0, vc0, vd0, t, LU)
+                    v_hi = _row_tile(va1, vb1, vc1, vd1, t, LU)
                     pb0 = gl.convert_layout(x0[t], gl.SliceLayout(2, LU), assert_trivial=True)
                     pb1 = gl.convert_layout(x1[t], gl.SliceLayout(2, LU), assert_trivial=True)
                     pc0 = pb0
@@ -1079,18 +1081,8 @@ def token_rows_attention_kernel(
                         vla, vlb, vha, vhb = vlut
                         table = (zu + vla, zu + vlb, zu + vha, zu + vhb)
                         if VBITS == 4:
-                            m_lo = (
-                                gl.convert_layout(ma0[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
-                                gl.convert_layout(mb0[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
-                                gl.convert_layout(mc0[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
-                                gl.convert_layout(md0[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
-                            )
-                            m_hi = (
-                                gl.convert_layout(ma1[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
-                                gl.convert_layout(mb1[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
-                                gl.convert_layout(mc1[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
-                                gl.convert_layout(md1[t], gl.SliceLayout(2, LU), assert_trivial=True)[:, :, None],
-                            )
+                            m_lo = _row_tile(ma0, mb0, mc0, md0, t, LU)
+                            m_hi = _row_tile(ma1, mb1, mc1, md1, t, LU)
                             sa0, sa1, sb0, sb1 = _value_words(m_lo, m_hi, lo_u)
                             acc, acc_2 = _pv_step(
                                 acc,
