@@ -4,8 +4,9 @@ group's q heads, padded to a power of two, times the query tokens of a program):
 column tiles of 8, which share each decoded key chunk and value word.
 
 Same arguments, results and memory rules as ``gluon_kernel.gluon_attention_kernel``, for
-fp8, 3- or 4-bit codebook keys with uniform 4-bit values (k8v4, k3v4_nc, 4bit_nc), or 3-bit
-keys with uniform 3-bit values (3bit_nc), at head_dim 128 and block sizes of at least 16
+fp8, 3- or 4-bit codebook keys with uniform 4-bit values (k8v4, k3v4_nc, 4bit_nc), 3-bit keys
+with uniform 3-bit values (3bit_nc), and 4-bit keys with 3- or 4-bit Lloyd-Max values (tq's
+calibrated tq_k4v3, tq_k4v4), at head_dim 128 and block sizes of at least 16
 (``plan.token_rows_refusal``). Where the Gluon kernel decodes a
 tile into shared memory and has each warp read it back as operand fragments, here one warp
 decodes each key chunk and value word straight into the ``mma.sync`` operand registers that
@@ -734,10 +735,13 @@ def token_rows_attention_kernel(
     64, ``BLOCK_SIZE`` a power of two >= 16 (a row tile never straddles a block). Keys fp8
     (``KEY_FP8``) or 3- or 4-bit codebook codes (``KBITS``; ``Centroids``:
     ``key_lut.lut_words``' table, of the magnitudes for 4-bit codes), values uniform 4-bit
-    codes, or 3-bit codes with codebook keys (``VBITS``). ``NORM_MMA``: codebook keys'
-    sums of squared centroids by a product of the squared key operands with ones on the
-    matrix unit (``AttentionConfig.norm_mma``), where the lanes otherwise sum them. The other
-    constexprs are ``kernel.attention_kernel``'s."""
+    codes, or 3-bit codes with codebook keys (``VBITS``). ``CALIBRATED``: tq's calibrated
+    formats with 4-bit keys (the values 3- or 4-bit Lloyd-Max codes, looked up in
+    ``VCentroids``, the value codebook's register table; the calibration pointers as the Gluon
+    kernel takes them). ``NORM_MMA``: codebook keys' sums of squared centroids by a product
+    of the squared key operands with ones on the matrix unit (``AttentionConfig.norm_mma``),
+    where the lanes otherwise sum them. The other constexprs are
+    ``kernel.attention_kernel``'s."""
     gl.static_assert(D == 128, "head_dim 128")
     gl.static_assert(VBITS == 4 or (VBITS == 3 and not KEY_FP8), "values: 4 bits, or 3 with codebook keys")
     gl.static_assert(BLOCK_Q * G_PAD == 8 or BLOCK_Q * G_PAD == 16, "8 or 16 query columns")
