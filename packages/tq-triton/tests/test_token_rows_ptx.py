@@ -20,6 +20,7 @@ import tq_core
 from tq_triton.attention import token_rows_ptx as ptx
 from tq_triton.device_tensors import codebook
 from tq_triton.key_lut import lut_words
+from tq_triton.value_words import nibbles_fn
 
 MASK = 0xFFFFFFFF
 
@@ -438,3 +439,25 @@ def test_transposed_probabilities_times_lloyd_max_values(nct, signed):
                     got[16 * g + 2 * u + 1, 8 * kk + 2 * c + j] = out[4 * kk + 2 + j]
     want = cent.astype(np.float64)[codes].T @ p.astype(np.float16).astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
+
+
+def test_3_bit_value_words_as_the_kernel_reads_them():
+    # the token-rows kernel's 3-bit value reads against tq-core's packing: thread g's 16 codes
+    # (head_dim 16 g .. 16 g + 15) are the 48 bits at byte 6 g, read as half-words 3 g .. 3 g + 2
+    # (bits 0-31, 32-47); calibrated formats spread codes 0-7 and 8-15 of them to nibbles
+    # (value_words.nibbles_fn, the function the kernel compiles)
+    gen = np.random.default_rng(13)
+    codes = torch.from_numpy(gen.integers(0, 8, (4, 128))).to(torch.uint8)
+    codes[0] = 7
+    packed = tq_core.bitpack.pack_codes(codes, 3).numpy()
+    assert packed.shape == (4, 48)
+    for t in range(4):
+        for g in range(8):
+            half = [int(packed[t, 6 * g + 2 * i]) | int(packed[t, 6 * g + 2 * i + 1]) << 8 for i in range(3)]
+            lo, hi = half[0] | (half[1] << 16), half[2]
+            bits = lo | (hi << 32)
+            want = [int(c) for c in codes[t, 16 * g : 16 * g + 16]]
+            assert [(bits >> (3 * e)) & 7 for e in range(16)] == want, (t, g)
+            for word, first in ((nibbles_fn(lo), 0), (nibbles_fn(((lo >> 24) & 0xFF) | (hi << 8)), 8)):
+                word &= MASK
+                assert [(word >> (4 * i)) & 15 for i in range(8)] == want[first : first + 8], (t, g, first)

@@ -9,6 +9,9 @@ so the value tile's columns are not in head_dim order: column ``c`` of the tile 
 dimension :func:`value_columns` ``(c)``, and whatever is written from the value product's
 columns goes through that map (the Gluon kernel's output, and the merge kernel's, which
 reads its partial outputs).
+
+The token-rows kernel looks calibrated formats' 3-bit Lloyd-Max value codes up by nibble:
+:func:`nibbles_fn` spreads 8 codes (24 stream bits) to the 8 nibbles of a word.
 """
 
 from __future__ import annotations
@@ -27,3 +30,13 @@ def value_columns_fn(c):
 
 
 value_columns = triton.jit(value_columns_fn)
+
+
+def nibbles_fn(x):
+    """The 8 3-bit codes in bits 0-23 of ``x`` (32-bit) in the nibbles of one word, code ``i``
+    in nibble ``i`` with the nibble's bit 3 clear: codes 4-7 to the high half, then codes
+    2-3 of each half to its high byte, then each byte's odd code to its high nibble. Plain
+    integer operations (the Gluon token-rows kernel compiles this function)."""
+    t = (x & 0xFFF) | ((x << 4) & 0x0FFF0000)
+    t = (t & 0x003F003F) | ((t << 2) & 0x3F003F00)
+    return (t & 0x07070707) | ((t << 1) & 0x70707070)

@@ -26,6 +26,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from ..key_lut import magnitude_selectors_fn
+from ..value_words import nibbles_fn
 from . import token_rows_ptx as ptx
 from .bounds import request_bounds_fn
 from .gluon_kernel import _balanced_chunk, _butterflies, load_blocks, register_table
@@ -37,6 +38,7 @@ _row_lse = gluon.jit(row_lse_fn)
 _nonfinite_rows = gluon.jit(nonfinite_rows_fn)
 _saturate = gluon.jit(saturate_fn)
 _magnitude_selectors = gluon.jit(magnitude_selectors_fn)
+_nibbles = gluon.jit(nibbles_fn)
 
 # the PTX as constexprs (a jit function reads no other globals)
 _QK3_LO = gl.constexpr(ptx.qk3_ptx(0))
@@ -182,15 +184,6 @@ def _bits48(p, mask):
     h1 = gl.load(p + 1, mask=mask, other=0).to(gl.int32) & 0xFFFF
     h2 = gl.load(p + 2, mask=mask, other=0).to(gl.int32) & 0xFFFF
     return h0 | (h1 << 16), h2
-
-
-@gluon.jit
-def _nibbles(x):
-    """The 8 3-bit codes in bits 0-23 of ``x`` (int32) in the nibbles of one word, code ``i``
-    in nibble ``i`` (bit 3 of each nibble clear)."""
-    t = (x & 0xFFF) | ((x << 4) & 0x0FFF0000)
-    t = (t & 0x003F003F) | ((t << 2) & 0x3F003F00)
-    return (t & 0x07070707) | ((t << 1) & 0x70707070)
 
 
 @gluon.jit
