@@ -307,6 +307,30 @@ def _probability_b_regs(p: np.ndarray, nct: int) -> list[list[list[int]]]:
     return b_regs
 
 
+def _value_product(text: str, p: np.ndarray, nct: int, value_operands) -> np.ndarray:
+    """``O^T`` ``[128, 8 nct]`` of a value step's PTX ``text`` run for the 8 row tiles ``u`` of
+    a 16-token tile, the probabilities ``p`` transposed into its ``B`` registers first:
+    ``value_operands(u, g, c)`` gives lane ``(g, c)``'s operands before them; row ``g`` of tile
+    ``u`` is head_dim ``16 g + 2 u``, row ``g + 8`` is ``16 g + 2 u + 1``."""
+    n = 4 * nct
+    b_regs = _probability_b_regs(p, nct)
+    got = np.zeros((128, 8 * nct))
+    for u in range(8):
+        ops = []
+        for lane in range(32):
+            g, c = divmod(lane, 4)
+            vals = value_operands(u, g, c)
+            vals += [b_regs[k][h][lane] for k in range(nct) for h in range(2)] + [0.0] * n
+            ops.append({n + i: v for i, v in enumerate(vals)})
+        for lane, out in enumerate(run_warp(text, ops)):
+            g, c = divmod(lane, 4)
+            for k in range(nct):
+                for j in range(2):
+                    got[16 * g + 2 * u, 8 * k + 2 * c + j] = out[4 * k + j]
+                    got[16 * g + 2 * u + 1, 8 * k + 2 * c + j] = out[4 * k + 2 + j]
+    return got
+
+
 @pytest.mark.parametrize("nct", [1, 2])
 def test_transposed_probabilities_times_4_bit_values(nct):
     # the probabilities of a 16-token row tile in the score's C layout, transposed into the
@@ -318,29 +342,15 @@ def test_transposed_probabilities_times_4_bit_values(nct):
     codes = gen.integers(0, 16, (16, 128))
     codes[0] = 15
     codes[9] = 0
-    n = 4 * nct
 
     def word(token: int, w: int) -> int:
         return sum(int(codes[token, 8 * w + i]) << (4 * i) for i in range(8))
 
-    b_regs = _probability_b_regs(p, nct)
-    got = np.zeros((128, 8 * nct))
-    for u in range(8):
-        sel = (u % 4) | ((u % 4 + 4) << 8)
-        ops = []
-        for lane in range(32):
-            g, c = divmod(lane, 4)
-            w = 2 * g + u // 4
-            toks = (2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9)
-            vals = [word(t, w) for t in toks] + [sel]
-            vals += [b_regs[k][h][lane] for k in range(nct) for h in range(2)] + [0.0] * n
-            ops.append({n + i: v for i, v in enumerate(vals)})
-        for lane, out in enumerate(run_warp(ptx.pv4_ptx(nct), ops)):
-            g, c = divmod(lane, 4)
-            for k in range(nct):
-                for j in range(2):
-                    got[16 * g + 2 * u, 8 * k + 2 * c + j] = out[4 * k + j]
-                    got[16 * g + 2 * u + 1, 8 * k + 2 * c + j] = out[4 * k + 2 + j]
+    def operands(u: int, g: int, c: int) -> list[int]:
+        toks = (2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9)
+        return [word(t, 2 * g + u // 4) for t in toks] + [(u % 4) | ((u % 4 + 4) << 8)]
+
+    got = _value_product(ptx.pv4_ptx(nct), p, nct, operands)
     want = (codes - 8).T.astype(np.float64) @ p.astype(np.float16).astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
 
@@ -356,28 +366,17 @@ def test_transposed_probabilities_times_3_bit_values(nct):
     codes[0] = 7
     codes[9] = 0
     codes[4, 16 * np.arange(8) + 10] = 5  # codes that straddle the first register
-    n = 4 * nct
 
     def bits48(token: int, g: int) -> int:
         return sum(int(codes[token, 16 * g + e]) << (3 * e) for e in range(16))
 
-    b_regs = _probability_b_regs(p, nct)
-    got = np.zeros((128, 8 * nct))
-    for u in range(8):
-        ops = []
-        for lane in range(32):
-            g, c = divmod(lane, 4)
-            vals = []
-            for t in (2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9):
-                vals += [bits48(t, g) & MASK, bits48(t, g) >> 32]
-            vals += [6 * u] + [b_regs[k][h][lane] for k in range(nct) for h in range(2)] + [0.0] * n
-            ops.append({n + i: v for i, v in enumerate(vals)})
-        for lane, out in enumerate(run_warp(ptx.pv3_ptx(nct), ops)):
-            g, c = divmod(lane, 4)
-            for k in range(nct):
-                for j in range(2):
-                    got[16 * g + 2 * u, 8 * k + 2 * c + j] = out[4 * k + j]
-                    got[16 * g + 2 * u + 1, 8 * k + 2 * c + j] = out[4 * k + 2 + j]
+    def operands(u: int, g: int, c: int) -> list[int]:
+        vals = []
+        for t in (2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9):
+            vals += [bits48(t, g) & MASK, bits48(t, g) >> 32]
+        return [*vals, 6 * u]
+
+    got = _value_product(ptx.pv3_ptx(nct), p, nct, operands)
     want = (codes - 4).T.astype(np.float64) @ p.astype(np.float16).astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
 
@@ -413,30 +412,19 @@ def test_transposed_probabilities_times_lloyd_max_values(nct, signed):
         codes = gen.integers(0, 8, (16, 128))
         codes[5] = 7
     lut = [v & MASK for v in lut_words(torch.from_numpy(cent)).tolist()]
-    n = 4 * nct
 
     def word(token: int, w: int) -> int:
         return sum(int(codes[token, 8 * w + i]) << (4 * i) for i in range(8))
 
-    b_regs = _probability_b_regs(p, nct)
-    got = np.zeros((128, 8 * nct))
-    for u in range(8):
+    def operands(u: int, g: int, c: int) -> list[int]:
         k = u % 4
-        ops = []
-        for lane in range(32):
-            g, c = divmod(lane, 4)
-            words = [word(t, 2 * g + u // 4) for t in (2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9)]
-            vals = [*words, k | ((k + 4) << 8), k | ((k + 4) << 4)]
-            if signed:
-                vals += [_magnitude_selectors(x) for x in words]
-            vals += lut + [b_regs[kk][h][lane] for kk in range(nct) for h in range(2)] + [0.0] * n
-            ops.append({n + i: v for i, v in enumerate(vals)})
-        for lane, out in enumerate(run_warp(ptx.pvl_ptx(nct, signed), ops)):
-            g, c = divmod(lane, 4)
-            for kk in range(nct):
-                for j in range(2):
-                    got[16 * g + 2 * u, 8 * kk + 2 * c + j] = out[4 * kk + j]
-                    got[16 * g + 2 * u + 1, 8 * kk + 2 * c + j] = out[4 * kk + 2 + j]
+        words = [word(t, 2 * g + u // 4) for t in (2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9)]
+        vals = [*words, k | ((k + 4) << 8), k | ((k + 4) << 4)]
+        if signed:
+            vals += [_magnitude_selectors(x) for x in words]
+        return vals + lut
+
+    got = _value_product(ptx.pvl_ptx(nct, signed), p, nct, operands)
     want = cent.astype(np.float64)[codes].T @ p.astype(np.float16).astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
 

@@ -152,7 +152,7 @@ def token_rows_refusal(
         return f"{preset.name}: the token-rows kernel decodes {', '.join(TOKEN_ROWS_PRESETS)}"
     if head_dim != 128:
         return f"head_dim {head_dim}: the token-rows kernel is written for 128"
-    if next_pow2(max(1, min(longest, MAX_QUERY_LEN))) * group_pad > TOKEN_ROWS_COLUMNS:
+    if _token_rows_need(group_pad, longest) > TOKEN_ROWS_COLUMNS:
         return (
             f"q_len {longest} times {group_pad} q heads per kv head (padded) does not fit the token-rows kernel's"
             f" {TOKEN_ROWS_COLUMNS} query columns"
@@ -164,13 +164,17 @@ def token_rows_refusal(
     return ""
 
 
+def _token_rows_need(group_pad: int, longest: int) -> int:
+    """The query columns a program needs to read the cache once: the longest q_len, rounded up
+    to a power of two, times the padded group."""
+    return next_pow2(max(1, min(longest, MAX_QUERY_LEN))) * group_pad
+
+
 def token_rows_columns(group_pad: int, longest: int) -> int:
-    """The token-rows kernel's query columns for a batch: 8 (one column tile) where the
-    longest q_len (rounded up to a power of two) times ``group_pad`` fits them, else 16 (two
-    column tiles that share each decoded key and value; :func:`token_rows_refusal` bounds
-    it)."""
-    need = next_pow2(max(1, min(longest, MAX_QUERY_LEN))) * group_pad
-    return 8 if need <= 8 else TOKEN_ROWS_COLUMNS
+    """The token-rows kernel's query columns for a batch: 8 (one column tile) where
+    :func:`_token_rows_need` fits them, else 16 (two column tiles that share each decoded key
+    and value; :func:`token_rows_refusal` bounds it)."""
+    return 8 if _token_rows_need(group_pad, longest) <= 8 else TOKEN_ROWS_COLUMNS
 
 
 def wgmma_applies(rows: int, facts: DeviceFacts) -> bool:
