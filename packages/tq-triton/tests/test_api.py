@@ -463,18 +463,22 @@ def test_shipped_h200_decode_at_head_dim_64(preset, block_kv, num_warps, monkeyp
     assert {k: getattr(cfg, k) for k in want} == want
     d128 = tuning.attention_config(torch.device("cuda", 0), preset, 1, 4, 128)
     assert d128.waves == (32 if preset == "turboquant_k3v4_nc" else 64)
-    # runs/2026-12-04-column-tiles (calls 6-7): 4bit_nc's token-rows decode on 16-token tiles
-    assert d128.block_kv == {"turboquant_4bit_nc": 16, "turboquant_k8v4": 32}.get(preset, d128.block_kv)
+    # runs/2026-12-04-column-tiles (calls 6-7) and -token-rows-formats (call 1): 4bit_nc's and
+    # 3bit_nc's token-rows decode on 16-token tiles
+    tiles = {"turboquant_4bit_nc": 16, "turboquant_3bit_nc": 16, "turboquant_k8v4": 32, "tq_k4v3": 32, "tq_k4v4": 32}
+    assert d128.block_kv == tiles.get(preset, d128.block_kv)
 
 
 @pytest.mark.parametrize("preset", [*tq_core.PRESETS, "tq_k4v3", "tq_k4v4"])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("q_len", [1, 2, 4])
 def test_shipped_h200_token_rows_kernel_at_head_dim_128(preset, head_dim, q_len, monkeypatch, user_tables):
-    # runs/2026-12-04-token-rows and runs/2026-12-04-column-tiles: k8v4, k3v4_nc and 4bit_nc
+    # runs/2026-12-04-token-rows, -column-tiles and -token-rows-formats: the vLLM formats
     # decode and verify 1-3 draft tokens at head_dim 128 on the token-rows kernel (4 q heads
-    # per kv head: 4 or 8 of one column tile's 8 columns, 16 of two tiles' at q_len 4);
-    # head_dim 64 keeps its Gluon entries, 256 its kernels (k8v4: the portable one)
+    # per kv head: 4 or 8 of one column tile's 8 columns, 16 of two tiles' at q_len 4), the
+    # calibrated formats decode and verify one draft token there (at q_len 4 the Gluon kernel
+    # is as fast); codebook keys' norms go to the matrix unit where that won (norm_mma); head_dim
+    # 64 keeps its Gluon entries, 256 its kernels (k8v4: the portable one)
     from tq_triton.attention import plan
     from tq_triton.device import DeviceFacts
 
@@ -483,12 +487,14 @@ def test_shipped_h200_token_rows_kernel_at_head_dim_128(preset, head_dim, q_len,
     p = tq_core.get_preset(preset)
     fields = p.kernel_fields(p.block_layout(head_dim, 16, 8)).constexprs()
     lp = plan.plan_attention(facts, p, fields, 32, 8, 32, q_len, 16)
-    # 3bit_nc: the kernel takes it, the table does not ask for it (not timed yet)
-    shipped = ("turboquant_k8v4", "turboquant_k3v4_nc", "turboquant_4bit_nc")
-    wanted = head_dim == 128 and preset in shipped and plan.gluon_available()
+    vllm_formats = ("turboquant_k8v4", "turboquant_k3v4_nc", "turboquant_4bit_nc", "turboquant_3bit_nc")
+    shipped = {name: (1, 2, 4) for name in vllm_formats} | {"tq_k4v3": (1, 2), "tq_k4v4": (1, 2)}
+    wanted = head_dim == 128 and q_len in shipped.get(preset, ()) and plan.gluon_available()
     assert lp.token_rows == wanted
     if wanted:
         assert lp.block_q * 4 == (16 if q_len == 4 else 8) and lp.splits > 1
+        norm_mma = {"turboquant_k3v4_nc": (1, 2), "turboquant_4bit_nc": (1, 2), "turboquant_3bit_nc": (1, 2, 4)}
+        assert lp.constexprs["NORM_MMA"] == (q_len in norm_mma.get(preset, ()))
     if preset == "turboquant_k8v4" and head_dim == 256 and q_len == 1:
         assert not lp.gluon
 

@@ -117,9 +117,10 @@ def test_scores_carry_no_systematic_rounding_bias(preset, gen, device):
     assert_scores_unbiased(preset, gen, device, 64)
 
 
-def assert_scores_unbiased(preset, gen, device, dim):
+def assert_scores_unbiased(preset, gen, device, dim, mean_bound=1.5e-4):
     """The check of :func:`test_scores_carry_no_systematic_rounding_bias` at head_dim ``dim``
-    (16 q heads per kv head), for whichever kernel the environment selects."""
+    (16 q heads per kv head), for whichever kernel the environment selects; ``mean_bound``:
+    the largest mean relative error of the scores it accepts."""
     # Two keys per request; every row's query is c * (k1 - k0), so each term of the score
     # difference d = scale * q . (k1 - k0) has the same sign and the query's fp16 rounding
     # errors add up instead of cancelling: a cast that shrinks every element (round toward
@@ -147,7 +148,7 @@ def assert_scores_unbiased(preset, gen, device, dim):
     d_est = torch.log(p1 / (1 - p1))
     rel = d_est / d_true - 1
     assert float(rel.abs().median()) < 2e-3, "the score differences should be near their exact values"
-    assert abs(float(rel.mean())) < 1.5e-4, f"mean relative error of the scores {float(rel.mean()):.2e}"
+    assert abs(float(rel.mean())) < mean_bound, f"mean relative error of the scores {float(rel.mean()):.2e}"
 
 
 @pytest.mark.parametrize("splits", [1, 3])
