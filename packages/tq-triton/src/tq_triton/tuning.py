@@ -89,10 +89,10 @@ class AttentionConfig:
     # 1 (with gluon 1) runs the token-rows kernel (attention/token_rows_kernel.py) where it
     # applies (plan.token_rows_refusal: k8v4, k3v4_nc, 4bit_nc, 3bit_nc, tq_k4v3 and tq_k4v4
     # at head_dim 128, the longest q_len times the padded GQA group at most 16, block sizes of
-    # at least 16; 3bit_nc and the calibrated formats not yet run on a GPU):
-    # scores as K Q^T with the tokens on the matrix unit's rows, keys and values decoded
-    # straight into its operand registers. The H200 table sets it for decode and q_len 2-4 of
-    # k8v4, k3v4_nc and 4bit_nc; elsewhere the Gluon kernel runs with the same entry
+    # at least 16): scores as K Q^T with the tokens on the matrix unit's rows, keys and values
+    # decoded straight into its operand registers. The H200 table sets it for decode and
+    # q_len 2-4 of the vLLM formats and decode and q_len 2 of tq_k4v3 and tq_k4v4; elsewhere
+    # the Gluon kernel runs with the same entry
     token_rows: int = 0
     # the token-rows kernel's codebook keys (with norm correction: k3v4_nc, 4bit_nc, 3bit_nc):
     # 1 sums each key's squared centroids on the matrix unit (the squared key operands times
