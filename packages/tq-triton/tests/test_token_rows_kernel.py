@@ -38,8 +38,9 @@ CALIBRATED_PRESETS = [n for n in PRESETS if tq_core.get_preset(n).calibrated]
 needs_gpu = pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run only on an NVIDIA GPU")
 needs_gluon = pytest.mark.skipif(not plan.gluon_available(), reason="this Triton has no Gluon")
 
-# (preset, group, block_kv, splits[, balance[, columns[, norm_mma]]]): each key kind, tile size,
-# split kind, column count, and the key norms on the matrix unit
+# (preset, group, block_kv, splits[, balance[, columns[, norm_mma[, selector_pairs]]]]): each key
+# kind, tile size, split kind, column count, the key norms on the matrix unit, and 3-bit keys'
+# selectors two groups at a time
 COMPILED = [
     ("turboquant_k3v4_nc", 4, 32, 16),
     ("turboquant_k3v4_nc", 3, 16, 1),
@@ -58,6 +59,8 @@ COMPILED = [
     ("turboquant_k3v4_nc", 4, 64, 16, 0, 8, 1),
     ("turboquant_4bit_nc", 4, 32, 1, 1, 16, 1),
     ("turboquant_3bit_nc", 2, 16, 16, 0, 8, 1),
+    ("turboquant_k3v4_nc", 4, 64, 16, 0, 8, 1, 1),
+    ("turboquant_3bit_nc", 4, 32, 1, 1, 16, 0, 1),
     ("tq_k4v4", 4, 32, 16),
     ("tq_k4v3", 4, 16, 1, 1),
     ("tq_k4v4", 4, 32, 16, 0, 16),
@@ -89,11 +92,26 @@ def test_compiles_for_sm90():
 
 
 def _plan(
-    preset="turboquant_k3v4_nc", group=4, head_dim=128, block_kv=32, block_size=16, token_rows=1, longest=1, norm_mma=0
+    preset="turboquant_k3v4_nc",
+    group=4,
+    head_dim=128,
+    block_kv=32,
+    block_size=16,
+    token_rows=1,
+    longest=1,
+    norm_mma=0,
+    selector_pairs=0,
 ):
     p = tq_core.get_preset(preset)
     fields = p.kernel_fields(p.block_layout(head_dim, block_size, 2)).constexprs()
-    cfg = AttentionConfig(gluon=1, token_rows=token_rows, block_kv=block_kv, kv_splits=4, norm_mma=norm_mma)
+    cfg = AttentionConfig(
+        gluon=1,
+        token_rows=token_rows,
+        block_kv=block_kv,
+        kv_splits=4,
+        norm_mma=norm_mma,
+        selector_pairs=selector_pairs,
+    )
     return plan.plan_attention(H100, p, fields, 2 * group, 2, 3, longest, block_size, config=cfg)
 
 
@@ -126,6 +144,9 @@ def test_the_plan_picks_it_only_where_it_applies():
     assert _plan(norm_mma=1).constexprs["NORM_MMA"] is True
     assert _plan(norm_mma=0).constexprs["NORM_MMA"] is False
     assert "NORM_MMA" not in _plan(token_rows=0, norm_mma=1).constexprs
+    assert _plan(selector_pairs=1).constexprs["SELECTOR_PAIRS"] is True
+    assert _plan(selector_pairs=0).constexprs["SELECTOR_PAIRS"] is False
+    assert "SELECTOR_PAIRS" not in _plan(token_rows=0, selector_pairs=1).constexprs
     refusals = {
         "tq_k6v5: the token-rows kernel decodes": dict(preset="tq_k6v5"),
         "q_len 8 times 4 q heads": dict(longest=8),
@@ -212,6 +233,21 @@ def test_norms_on_the_matrix_unit(preset, group, q_lens, columns, gen, device, t
     """``norm_mma`` 1: codebook keys' sums of squared centroids on the matrix unit."""
     _cuda_only(device)
     monkeypatch.setenv("TQ_NORM_MMA", "1")
+    b = make_batch(gen, preset, [1, 300, 2049, 77], q_lens, head_dim=128, num_kv_heads=2, group=group, device=device)
+    assert_close(*run_triton(b, splits=7, max_query_len=columns // plan.next_pow2(group)))
+    assert token_rows_launches
+
+
+@needs_gpu
+@needs_gluon
+@pytest.mark.parametrize("preset", [p for p in PRESETS if tq_core.get_preset(p).key_bits == 3])
+@pytest.mark.parametrize("norm_mma", ["0", "1"])
+@pytest.mark.parametrize(("group", "q_lens", "columns"), [(4, [1, 1, 1, 1], 8), (4, [1, 2, 5, 3], 16)])
+def test_selector_pairs(preset, norm_mma, group, q_lens, columns, gen, device, token_rows_launches, monkeypatch):
+    """``selector_pairs`` 1: 3-bit keys' selector nibbles built two groups at a time."""
+    _cuda_only(device)
+    monkeypatch.setenv("TQ_SELECTOR_PAIRS", "1")
+    monkeypatch.setenv("TQ_NORM_MMA", norm_mma)
     b = make_batch(gen, preset, [1, 300, 2049, 77], q_lens, head_dim=128, num_kv_heads=2, group=group, device=device)
     assert_close(*run_triton(b, splits=7, max_query_len=columns // plan.next_pow2(group)))
     assert token_rows_launches

@@ -100,6 +100,11 @@ class AttentionConfig:
     # float32, then added over the row's four lanes). Statically 3.6-4.1 fewer instructions
     # per token (docs/perf/runs/2026-12-04-column-tiles); not yet timed, so no table sets it
     norm_mma: int = 0
+    # the token-rows kernel's 3-bit codebook keys (k3v4_nc, 3bit_nc): 1 builds the selector
+    # nibbles of two 4-code groups in one register (a shift and a select per spreading step
+    # over 24 bits), 0 one group at a time. Statically 1.5-1.7 fewer instructions per token
+    # (docs/perf/runs/2026-12-04-token-rows-formats); not yet run on a GPU, so no table sets it
+    selector_pairs: int = 0
 
 
 @dataclass(frozen=True)
@@ -152,6 +157,7 @@ _LIMITS: dict[str, tuple[int, int, bool]] = {
     "skip_empty": (0, 1, False),
     "token_rows": (0, 1, False),
     "norm_mma": (0, 1, False),
+    "selector_pairs": (0, 1, False),
 }
 ENV_OVERRIDES = {
     "TQ_BLOCK_KV": "block_kv",
@@ -168,6 +174,7 @@ ENV_OVERRIDES = {
     "TQ_SKIP_EMPTY": "skip_empty",
     "TQ_TOKEN_ROWS": "token_rows",
     "TQ_NORM_MMA": "norm_mma",
+    "TQ_SELECTOR_PAIRS": "selector_pairs",
 }
 # variables of knobs that no longer exist, and what replaced them: setting one is an error,
 # not silently ignored

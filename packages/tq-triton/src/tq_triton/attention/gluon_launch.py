@@ -92,11 +92,12 @@ def compile_token_rows(
     balance: bool = False,
     columns: int = 8,
     norm_mma: bool = False,
+    selector_pairs: bool = False,
 ) -> Any:
     """The token-rows kernel compiled without a GPU for an NVIDIA target ``sm``, as the
     launcher specialises it (head_dim 128, 2 kv heads, 16-token blocks, ``columns`` query
-    columns: 8 or 16; ``norm_mma``: ``AttentionConfig.norm_mma``), as :func:`compile_gluon`
-    compiles the Gluon kernel."""
+    columns: 8 or 16; ``norm_mma``, ``selector_pairs``: the ``AttentionConfig`` knobs), as
+    :func:`compile_gluon` compiles the Gluon kernel."""
     from .token_rows_kernel import token_rows_attention_kernel
 
     p = tq_core.get_preset(preset)
@@ -114,6 +115,7 @@ def compile_token_rows(
         BALANCE=balance,
         SKIP_EMPTY=False,
         NORM_MMA=norm_mma,
+        SELECTOR_PAIRS=selector_pairs,
         CALIBRATED=p.calibrated,
     )
     return _compile(token_rows_attention_kernel, consts, 1, sm, maxnreg)

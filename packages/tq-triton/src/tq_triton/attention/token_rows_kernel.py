@@ -59,6 +59,15 @@ _QK3_LO_N = gl.constexpr(ptx.qk3_ptx(0, 1, True))
 _QK3_HI_N = gl.constexpr(ptx.qk3_ptx(1, 1, True))
 _QK3_LO2_N = gl.constexpr(ptx.qk3_ptx(0, 2, True))
 _QK3_HI2_N = gl.constexpr(ptx.qk3_ptx(1, 2, True))
+# the 3-bit keys' selectors two groups at a time (SELECTOR_PAIRS), with and without NORM_MMA
+_QK3_LO_P = gl.constexpr(ptx.qk3_ptx(0, 1, False, True))
+_QK3_HI_P = gl.constexpr(ptx.qk3_ptx(1, 1, False, True))
+_QK3_LO2_P = gl.constexpr(ptx.qk3_ptx(0, 2, False, True))
+_QK3_HI2_P = gl.constexpr(ptx.qk3_ptx(1, 2, False, True))
+_QK3_LO_NP = gl.constexpr(ptx.qk3_ptx(0, 1, True, True))
+_QK3_HI_NP = gl.constexpr(ptx.qk3_ptx(1, 1, True, True))
+_QK3_LO2_NP = gl.constexpr(ptx.qk3_ptx(0, 2, True, True))
+_QK3_HI2_NP = gl.constexpr(ptx.qk3_ptx(1, 2, True, True))
 _QK4_N = gl.constexpr(ptx.qk4_ptx(1, True))
 _QK4_2N = gl.constexpr(ptx.qk4_ptx(2, True))
 _QK4_2C = gl.constexpr(ptx.qk4_constraints(2))
@@ -722,6 +731,7 @@ def token_rows_attention_kernel(
     SKIP_EMPTY: gl.constexpr = False,
     NORM_MMA: gl.constexpr = False,
     CALIBRATED: gl.constexpr = False,
+    SELECTOR_PAIRS: gl.constexpr = False,
 ):
     """One warp; ``BLOCK_Q * G_PAD`` is 8 or 16 (the product's columns: one or two column
     tiles of 8, each key and value decoded once for both), ``D`` 128, ``BLOCK_KV`` 16, 32 or
@@ -733,7 +743,8 @@ def token_rows_attention_kernel(
     ``VCentroids``, the value codebook's register table; the calibration pointers as the Gluon
     kernel takes them). ``NORM_MMA``: codebook keys' sums of squared centroids by a product
     of the squared key operands with ones on the matrix unit (``AttentionConfig.norm_mma``),
-    where the lanes otherwise sum them. The other constexprs are
+    where the lanes otherwise sum them. ``SELECTOR_PAIRS``: 3-bit keys' selector nibbles built
+    two groups at a time (``AttentionConfig.selector_pairs``). The other constexprs are
     ``kernel.attention_kernel``'s."""
     gl.static_assert(D == 128, "head_dim 128")
     gl.static_assert(VBITS == 4 or (VBITS == 3 and not KEY_FP8), "values: 4 bits, or 3 with codebook keys")
@@ -945,7 +956,13 @@ def token_rows_attention_kernel(
                         words = ((k0, k1, k2, k3, k4, k5), (k0, k1, k2, k3, k4, k5))
                     if NCT == 1:
                         c0, c1, c2, c3, sq0, sq1 = gl.inline_asm_elementwise(
-                            (_QK4_N if NORM_MMA else _QK4) if KBITS == 4 else (_QK3_LO_N if NORM_MMA else _QK3_LO),
+                            (_QK4_N if NORM_MMA else _QK4)
+                            if KBITS == 4
+                            else (
+                                (_QK3_LO_NP if SELECTOR_PAIRS else _QK3_LO_N)
+                                if NORM_MMA
+                                else (_QK3_LO_P if SELECTOR_PAIRS else _QK3_LO)
+                            ),
                             _QK4_C if KBITS == 4 else _QK3_C,
                             words[0] + (la, lb, ha, hb, q0, q1, q2, q3, q4, q5, q6, q7, zc, zc, zc, zc, zc, zc),
                             dtype=(gl.float32,) * 6,
@@ -953,7 +970,13 @@ def token_rows_attention_kernel(
                             pack=1,
                         )
                         s00, s01, s10, s11, sq0, sq1 = gl.inline_asm_elementwise(
-                            (_QK4_N if NORM_MMA else _QK4) if KBITS == 4 else (_QK3_HI_N if NORM_MMA else _QK3_HI),
+                            (_QK4_N if NORM_MMA else _QK4)
+                            if KBITS == 4
+                            else (
+                                (_QK3_HI_NP if SELECTOR_PAIRS else _QK3_HI_N)
+                                if NORM_MMA
+                                else (_QK3_HI_P if SELECTOR_PAIRS else _QK3_HI)
+                            ),
                             _QK4_C if KBITS == 4 else _QK3_C,
                             words[1] + (la, lb, ha, hb, q8, q9, q10, q11, q12, q13, q14, q15, c0, c1, c2, c3, sq0, sq1),
                             dtype=(gl.float32,) * 6,
@@ -962,7 +985,13 @@ def token_rows_attention_kernel(
                         )
                     else:
                         c0, c1, c2, c3, d0, d1, d2, d3, sq0, sq1 = gl.inline_asm_elementwise(
-                            (_QK4_2N if NORM_MMA else _QK4_2) if KBITS == 4 else (_QK3_LO2_N if NORM_MMA else _QK3_LO2),
+                            (_QK4_2N if NORM_MMA else _QK4_2)
+                            if KBITS == 4
+                            else (
+                                (_QK3_LO2_NP if SELECTOR_PAIRS else _QK3_LO2_N)
+                                if NORM_MMA
+                                else (_QK3_LO2_P if SELECTOR_PAIRS else _QK3_LO2)
+                            ),
                             _QK4_2C if KBITS == 4 else _QK3_2C,
                             words[0]
                             + (la, lb, ha, hb, q0, q1, q2, q3, q4, q5, q6, q7, p0, p1, p2, p3, p4, p5, p6, p7)
@@ -972,7 +1001,13 @@ def token_rows_attention_kernel(
                             pack=1,
                         )
                         s00, s01, s10, s11, t00, t01, t10, t11, sq0, sq1 = gl.inline_asm_elementwise(
-                            (_QK4_2N if NORM_MMA else _QK4_2) if KBITS == 4 else (_QK3_HI2_N if NORM_MMA else _QK3_HI2),
+                            (_QK4_2N if NORM_MMA else _QK4_2)
+                            if KBITS == 4
+                            else (
+                                (_QK3_HI2_NP if SELECTOR_PAIRS else _QK3_HI2_N)
+                                if NORM_MMA
+                                else (_QK3_HI2_P if SELECTOR_PAIRS else _QK3_HI2)
+                            ),
                             _QK4_2C if KBITS == 4 else _QK3_2C,
                             words[1]
                             + (la, lb, ha, hb, q8, q9, q10, q11, q12, q13, q14, q15)

@@ -59,6 +59,7 @@ KNOB_OPTIONS = (
     ("--skip-empty", "skip_empty", (0, 1), "1: a kv split with no position for its rows writes only -inf"),
     ("--token-rows", "token_rows", (0, 1), "with --gluon 1: the token-rows kernel where it applies"),
     ("--norm-mma", "norm_mma", (0, 1), "with --token-rows 1: codebook keys' norms summed on the matrix unit"),
+    ("--selector-pairs", "selector_pairs", (0, 1), "with --token-rows 1: 3-bit keys' selectors two groups at once"),
 )
 KNOBS = tuple(field for _, field, _, _ in KNOB_OPTIONS)
 
