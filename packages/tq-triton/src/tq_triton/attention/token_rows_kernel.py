@@ -750,6 +750,20 @@ def token_rows_attention_kernel(
     gl.static_assert(VBITS == 4 or (VBITS == 3 and not KEY_FP8), "values: 4 bits, or 3 with codebook keys")
     gl.static_assert(BLOCK_Q * G_PAD == 8 or BLOCK_Q * G_PAD == 16, "8 or 16 query columns")
     NCT: gl.constexpr = BLOCK_Q * G_PAD // 8
+    # the 3-bit keys' score steps for NORM_MMA and SELECTOR_PAIRS (the chunk's two halves; 2: with
+    # two column tiles)
+    QK3_LO: gl.constexpr = (
+        (_QK3_LO_NP if SELECTOR_PAIRS else _QK3_LO_N) if NORM_MMA else (_QK3_LO_P if SELECTOR_PAIRS else _QK3_LO)
+    )
+    QK3_HI: gl.constexpr = (
+        (_QK3_HI_NP if SELECTOR_PAIRS else _QK3_HI_N) if NORM_MMA else (_QK3_HI_P if SELECTOR_PAIRS else _QK3_HI)
+    )
+    QK3_LO2: gl.constexpr = (
+        (_QK3_LO2_NP if SELECTOR_PAIRS else _QK3_LO2_N) if NORM_MMA else (_QK3_LO2_P if SELECTOR_PAIRS else _QK3_LO2)
+    )
+    QK3_HI2: gl.constexpr = (
+        (_QK3_HI2_NP if SELECTOR_PAIRS else _QK3_HI2_N) if NORM_MMA else (_QK3_HI2_P if SELECTOR_PAIRS else _QK3_HI2)
+    )
     MT: gl.constexpr = BLOCK_KV // 16
     # [8 (g), 4 (c), n]: lane 4 g + c, n in registers
     LT: gl.constexpr = gl.BlockedLayout([1, 1, MT], [8, 4, 1], [1, 1, 1], [2, 1, 0])
@@ -956,13 +970,7 @@ def token_rows_attention_kernel(
                         words = ((k0, k1, k2, k3, k4, k5), (k0, k1, k2, k3, k4, k5))
                     if NCT == 1:
                         c0, c1, c2, c3, sq0, sq1 = gl.inline_asm_elementwise(
-                            (_QK4_N if NORM_MMA else _QK4)
-                            if KBITS == 4
-                            else (
-                                (_QK3_LO_NP if SELECTOR_PAIRS else _QK3_LO_N)
-                                if NORM_MMA
-                                else (_QK3_LO_P if SELECTOR_PAIRS else _QK3_LO)
-                            ),
+                            (_QK4_N if NORM_MMA else _QK4) if KBITS == 4 else QK3_LO,
                             _QK4_C if KBITS == 4 else _QK3_C,
                             words[0] + (la, lb, ha, hb, q0, q1, q2, q3, q4, q5, q6, q7, zc, zc, zc, zc, zc, zc),
                             dtype=(gl.float32,) * 6,
@@ -970,13 +978,7 @@ def token_rows_attention_kernel(
                             pack=1,
                         )
                         s00, s01, s10, s11, sq0, sq1 = gl.inline_asm_elementwise(
-                            (_QK4_N if NORM_MMA else _QK4)
-                            if KBITS == 4
-                            else (
-                                (_QK3_HI_NP if SELECTOR_PAIRS else _QK3_HI_N)
-                                if NORM_MMA
-                                else (_QK3_HI_P if SELECTOR_PAIRS else _QK3_HI)
-                            ),
+                            (_QK4_N if NORM_MMA else _QK4) if KBITS == 4 else QK3_HI,
                             _QK4_C if KBITS == 4 else _QK3_C,
                             words[1] + (la, lb, ha, hb, q8, q9, q10, q11, q12, q13, q14, q15, c0, c1, c2, c3, sq0, sq1),
                             dtype=(gl.float32,) * 6,
@@ -985,13 +987,7 @@ def token_rows_attention_kernel(
                         )
                     else:
                         c0, c1, c2, c3, d0, d1, d2, d3, sq0, sq1 = gl.inline_asm_elementwise(
-                            (_QK4_2N if NORM_MMA else _QK4_2)
-                            if KBITS == 4
-                            else (
-                                (_QK3_LO2_NP if SELECTOR_PAIRS else _QK3_LO2_N)
-                                if NORM_MMA
-                                else (_QK3_LO2_P if SELECTOR_PAIRS else _QK3_LO2)
-                            ),
+                            (_QK4_2N if NORM_MMA else _QK4_2) if KBITS == 4 else QK3_LO2,
                             _QK4_2C if KBITS == 4 else _QK3_2C,
                             words[0]
                             + (la, lb, ha, hb, q0, q1, q2, q3, q4, q5, q6, q7, p0, p1, p2, p3, p4, p5, p6, p7)
@@ -1001,13 +997,7 @@ def token_rows_attention_kernel(
                             pack=1,
                         )
                         s00, s01, s10, s11, t00, t01, t10, t11, sq0, sq1 = gl.inline_asm_elementwise(
-                            (_QK4_2N if NORM_MMA else _QK4_2)
-                            if KBITS == 4
-                            else (
-                                (_QK3_HI2_NP if SELECTOR_PAIRS else _QK3_HI2_N)
-                                if NORM_MMA
-                                else (_QK3_HI2_P if SELECTOR_PAIRS else _QK3_HI2)
-                            ),
+                            (_QK4_2N if NORM_MMA else _QK4_2) if KBITS == 4 else QK3_HI2,
                             _QK4_2C if KBITS == 4 else _QK3_2C,
                             words[1]
                             + (la, lb, ha, hb, q8, q9, q10, q11, q12, q13, q14, q15)
