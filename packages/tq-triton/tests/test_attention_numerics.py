@@ -117,10 +117,9 @@ def test_scores_carry_no_systematic_rounding_bias(preset, gen, device):
     assert_scores_unbiased(preset, gen, device, 64)
 
 
-def assert_scores_unbiased(preset, gen, device, dim, mean_bound=1.5e-4):
+def assert_scores_unbiased(preset, gen, device, dim):
     """The check of :func:`test_scores_carry_no_systematic_rounding_bias` at head_dim ``dim``
-    (16 q heads per kv head), for whichever kernel the environment selects; ``mean_bound``:
-    the largest mean relative error of the scores it accepts."""
+    (16 q heads per kv head), for whichever kernel the environment selects."""
     # Two keys per request; every row's query is c * (k1 - k0), so each term of the score
     # difference d = scale * q . (k1 - k0) has the same sign and the query's fp16 rounding
     # errors add up instead of cancelling: a cast that shrinks every element (round toward
@@ -148,6 +147,14 @@ def assert_scores_unbiased(preset, gen, device, dim, mean_bound=1.5e-4):
     d_est = torch.log(p1 / (1 - p1))
     rel = d_est / d_true - 1
     assert float(rel.abs().median()) < 2e-3, "the score differences should be near their exact values"
+    # At head_dim 128 these queries (elements near 0.1) times q_mul lie near fp16's smallest
+    # normal numbers, where rounding toward zero drops up to a whole subnormal step that the
+    # compensation (made for relative rounding) does not cover: every kernel shares that
+    # floor (H200: k8v4 -1.6e-4, k3v4_nc -1.2e-4, 3bit_nc -1.1e-4 for the portable, Gluon and
+    # token-rows kernels alike; the query's rounding alone, in float64, -1.5e-4 for k8v4),
+    # and without the compensation the mean is -4.3e-4 to -4.7e-4
+    # (docs/perf/runs/2026-12-04-token-rows-formats)
+    mean_bound = 1.5e-4 if dim <= 64 else 3e-4
     assert abs(float(rel.mean())) < mean_bound, f"mean relative error of the scores {float(rel.mean()):.2e}"
 
 

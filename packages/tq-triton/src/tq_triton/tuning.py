@@ -97,8 +97,10 @@ class AttentionConfig:
     # the token-rows kernel's codebook keys (with norm correction: k3v4_nc, 4bit_nc, 3bit_nc):
     # 1 sums each key's squared centroids on the matrix unit (the squared key operands times
     # ones, one more mma.sync per step), 0 in each lane (fp16 squares converted and added in
-    # float32, then added over the row's four lanes). Statically 3.6-4.1 fewer instructions
-    # per token (docs/perf/runs/2026-12-04-column-tiles); not yet timed, so no table sets it
+    # float32, then added over the row's four lanes). 3.6-4.1 fewer instructions per token;
+    # on the H200 decode-32k k3v4_nc 0.517 -> 0.463 ms, so the H200 table sets it for
+    # k3v4_nc's and 4bit_nc's decode and q_len 2 and for 3bit_nc
+    # (docs/perf/runs/2026-12-04-token-rows-formats)
     norm_mma: int = 0
     # the token-rows kernel's 3-bit codebook keys (k3v4_nc, 3bit_nc): 1 builds the selector
     # nibbles of two 4-code groups in one register (a shift and a select per spreading step

@@ -104,10 +104,11 @@ def _pair_bits(pair: int, words: tuple[str, str, str]) -> str:
 
 def _pair_selectors(pair: int, words: tuple[str, str, str], out: str) -> str:
     """The selector nibbles of groups ``2 pair`` (low half) and ``2 pair + 1`` (high half) in
-    ``out``: the 24 bits to 12-bit halves, code pairs to bytes, codes to nibbles, each step a
-    shift and a select; the bits each select leaves behind land in the nibbles' bit 3, which
-    the last ``and`` clears. Two groups at once: 9 instructions per 8 codes with the high
-    half's shift in :func:`_lookup3_paired`, where :func:`_lookup3` takes 12."""
+    ``out``: ``value_words.nibbles_fn``'s map (24 bits to 12-bit halves, code pairs to bytes,
+    codes to nibbles), each step a shift and a select instead of two masks; the bits the
+    selects leave behind end in the nibbles' bit 3, which the last ``and`` clears. Two groups
+    at once: 9 instructions per 8 codes with the high half's shift in
+    :func:`_lookup3_paired`, where :func:`_lookup3` takes 12."""
     return f"""{_pair_bits(pair, words)}
 shl.b32 y, x, 4;
 lop3.b32 t, x, y, 0x0000FFFF, 0xE4;
