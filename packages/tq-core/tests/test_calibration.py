@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from tqc_helpers import randn
@@ -38,10 +39,13 @@ def positions_of(seq_lens: list[int]) -> torch.Tensor:
 
 
 def test_presets_bytes_and_kinds():
-    """Spelled out: keys 4-bit Lloyd-Max + fp16 norm; values Lloyd-Max + fp16 norm, no zero point."""
-    for name, (kb, vb) in {"tq_k4v3": (4, 3), "tq_k4v4": (4, 4), "tq_k6v5": (6, 5)}.items():
+    """Spelled out: keys 4-bit Lloyd-Max + fp16 norm; values Lloyd-Max (symmetric for tq_k4v4)
+    + fp16 scale, no zero point."""
+    kinds = {"tq_k4v3": (4, 3, "lloyd_max"), "tq_k4v4": (4, 4, "symmetric"), "tq_k6v5": (6, 5, "lloyd_max")}
+    for name, (kb, vb, kind) in kinds.items():
         p = tq_core.get_preset(name)
-        assert p.calibrated and p.value_kind == "lloyd_max" and p.key_bits == kb and p.value_bits == vb
+        assert p.calibrated and p.value_kind == kind and p.key_bits == kb and p.value_bits == vb
+        assert p.value_has_table and not p.value_is_uniform
         for d in (64, 128, 256, 512):
             lay = p.layout(d)
             assert lay.zero_offset is None
@@ -94,21 +98,77 @@ def test_statistics_against_numpy(gen):
 
 
 def test_identity_calibration_is_vllms_key_code(gen):
-    """With zero offsets and unit gains, tq_k4v4 codes keys exactly as turboquant_4bit_nc does
-    and values with that same Lloyd-Max code; its norm fields hold the norm that
-    4bit_nc's decoder computes (norm over the centroids' norm), within one fp16 rounding."""
+    """With zero offsets and unit gains, tq_k4v3 codes keys exactly as turboquant_4bit_nc does
+    and values with the 3-bit Lloyd-Max code of turboquant_3bit_nc's keys; its norm fields
+    hold the norm that those decoders compute (norm over the centroids' norm), within one
+    fp16 rounding."""
     n, hk, d = 37, 2, 64
     key, value = randn(gen, n, hk, d), randn(gen, n, hk, d, scale=2.0)
     cal = layer_cal(gen, hk, d, identity=True)
-    mine = tq_core.encode_fields(key, value, "tq_k4v4", cal, torch.zeros(n, dtype=torch.bool))
+    mine = tq_core.encode_fields(key, value, "tq_k4v3", cal, torch.zeros(n, dtype=torch.bool))
     ref_k = tq_core.encode_fields(key, key, "turboquant_4bit_nc")
-    ref_v = tq_core.encode_fields(value, value, "turboquant_4bit_nc")
+    ref_v = tq_core.encode_fields(value, value, "turboquant_3bit_nc")
     assert torch.equal(mine.key_codes, ref_k.key_codes) and torch.equal(mine.value_codes, ref_v.key_codes)
-    cent, _ = tq_core.key_codebook("turboquant_4bit_nc", d)
-    for x, codes, stored in ((key, ref_k.key_codes, mine.key_norm), (value, ref_v.key_codes, mine.value_scale)):
-        cnorm = cent[tq_core.unpack_codes(codes, 4, d)].norm(dim=-1)
+    for x, codes, stored, ref in (
+        (key, ref_k.key_codes, mine.key_norm, "turboquant_4bit_nc"),
+        (value, ref_v.key_codes, mine.value_scale, "turboquant_3bit_nc"),
+    ):
+        cent, _ = tq_core.key_codebook(ref, d)
+        bits = tq_core.get_preset(ref).key_bits
+        cnorm = cent[tq_core.unpack_codes(codes, bits, d)].norm(dim=-1)
         torch.testing.assert_close(stored.float(), x.float().norm(dim=-1) / cnorm, rtol=2**-11, atol=0)
     assert mine.value_zero is None
+
+
+def _sylvester(d: int) -> np.ndarray:
+    h = np.ones((1, 1))
+    while h.shape[0] < d:
+        h = np.block([[h, h], [h, -h]])
+    return h / math.sqrt(d)
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_symmetric_values_against_numpy(gen, d):
+    """tq_k4v4's values against a float64 NumPy reference written from format.md: ``y = H v``,
+    ``s = fp16(16/15 max |y_i|)``, each code the nearest of the 16 levels ``s (2 i - 15) / 16``
+    (an argmin, not the codec's floor); decoding is ``H`` of the level. Codes may differ
+    only where ``y_i / s`` lies within 1e-5 of a cell edge (float32 rotation); rows of zeros
+    and with a NaN or inf get scale 0 and code 0."""
+    n, hk = 41, 2
+    value = randn(gen, n, hk, d) * torch.exp(randn(gen, n, hk, 1))
+    value[3, 1] = 0.0
+    value[5, 0, 7] = float("nan")
+    value[6, 1, 0] = float("inf")
+    value[7, 0] = 1e-6 * randn(gen, d)  # s near fp16's smallest normal numbers
+    cal = layer_cal(gen, hk, d, identity=True)
+    fields = tq_core.encode_fields(value, value, "tq_k4v4", cal, torch.zeros(n, dtype=torch.bool))
+    codes = tq_core.unpack_codes(fields.value_codes, 4, d).numpy()
+    scale = fields.value_scale.numpy()
+
+    v = value.double().numpy()
+    finite = np.isfinite(v).all(-1)
+    y = np.where(finite[..., None], v, 0.0) @ _sylvester(d).T
+    s_ref = np.minimum(np.abs(y).max(-1) * 16 / 15, 65504).astype(np.float16)
+    assert np.array_equal(scale, np.where(finite, s_ref, 0).astype(np.float16))
+    assert (scale[3, 1], scale[5, 0], scale[6, 1]) == (0, 0, 0)
+    assert not codes[3, 1].any() and not codes[5, 0].any() and not codes[6, 1].any()
+
+    s = s_ref.astype(np.float64)[..., None]
+    levels = (2 * np.arange(16) - 15) / 16
+    live = finite & (s_ref > 0)
+    u = np.divide(y, s, out=np.zeros_like(y), where=s > 0)
+    want = np.abs(u[..., None] - levels).argmin(-1)
+    edge = np.abs(u * 8 - np.round(u * 8)) < 8e-5
+    differ = (codes != want) & live[..., None]
+    assert not (differ & ~edge).any(), np.argwhere(differ & ~edge)[:5]
+    assert np.abs(codes - want)[live].max() <= 1
+
+    back = tq_core.decode_fields(fields, "tq_k4v4", d)[1].double().numpy()
+    ref = (s * levels[codes]) @ _sylvester(d)
+    np.testing.assert_allclose(back, ref, rtol=0, atol=1e-6 * max(1.0, np.abs(ref).max()))
+    # every coordinate within half a cell (s / 16) of its level
+    err = np.abs(y - s * levels[codes]) / np.where(s > 0, s, 1.0)
+    assert err[live].max() <= (1 + 2**-10) / 16
 
 
 @pytest.mark.parametrize("name", CAL_NAMES)

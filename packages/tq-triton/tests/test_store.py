@@ -47,11 +47,14 @@ def test_store_matches_reference(preset, head_dim, block_size, dtype, gen, devic
 
 def recoded_rows(fr, fg, p, head_dim: int) -> dict[str, torch.Tensor]:
     """For a format that folds the centroids' norm into the stored one (``Preset.folds_norm``):
-    per folded fp16 field (``"norm"`` of keys, ``"scale"`` of values), the rows of ``fg`` whose
+    per folded fp16 field (``"norm"`` of keys, ``"scale"`` of Lloyd-Max values), the rows of ``fg`` whose
     codes differ from ``fr``'s; empty for other formats."""
     out = {}
     if p.folds_norm:
-        for name, field, bits in (("norm", "key", p.key_bits), ("scale", "value", p.value_bits)):
+        folded = [("norm", "key", p.key_bits)]
+        if p.value_kind == "lloyd_max":  # a symmetric value's scale does not depend on its codes
+            folded.append(("scale", "value", p.value_bits))
+        for name, field, bits in folded:
             x, y = getattr(fr, field), getattr(fg, field)
             ca = unpack_codes(x.reshape(-1, x.shape[-1]), bits, head_dim)
             cb = unpack_codes(y.reshape(-1, y.shape[-1]), bits, head_dim)
@@ -137,9 +140,10 @@ def _codes_kernel(U, Bounds, Out, N: tl.constexpr, NUM_BOUNDS: tl.constexpr, SEA
 
 
 # every codebook the store searches: the keys of the codebook presets (3, 4 and 6 bits) and
-# the calibrated formats' values (3, 4 and 5 bits)
+# the calibrated formats' Lloyd-Max values (3 and 5 bits; tq_k4v4's symmetric values are
+# computed, not searched)
 CODEBOOKS = [(n, "key") for n, p in {**tq_core.PRESETS, **tq_core.CALIBRATED_PRESETS}.items() if not p.key_is_fp8] + [
-    (n, "value") for n in tq_core.CALIBRATED_PRESETS
+    (n, "value") for n, p in tq_core.CALIBRATED_PRESETS.items() if p.value_kind == "lloyd_max"
 ]
 
 

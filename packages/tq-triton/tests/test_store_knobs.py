@@ -170,6 +170,12 @@ def _check_exact(ref, got, preset, d, k, v, slots, cal, positions) -> None:
         q = (cv.double() - zero) / torch.where(scale > 0, scale, 1.0)
         near = ((q - q.floor()) - 0.5).abs() <= 1e-5 * q.abs().clamp(min=1.0)
         _assert_on_boundaries(va, vb, "value", near)
+    elif p.value_kind == "symmetric":
+        # cells of y / s by n / 2 = 8 per unit: a code's edge is an integer of 8 y / s
+        scale = _rows_of(fr.scale, slots, bs).view(torch.float16).double()
+        q = 8 * (cv.double() @ hadamard_matrix(d, torch.float64)) / torch.where(scale > 0, scale, 1.0)
+        near = (q - q.round()).abs() <= 1e-5 * q.abs().clamp(min=1.0)
+        _assert_on_boundaries(va, vb, "value", near)
     else:
         _assert_on_boundaries(va, vb, "value", _lloyd_max_near(cv, tq_core.value_codebook(p, d)[1]))
 

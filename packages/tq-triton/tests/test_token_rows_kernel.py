@@ -38,9 +38,9 @@ CALIBRATED_PRESETS = [n for n in PRESETS if tq_core.get_preset(n).calibrated]
 needs_gpu = pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run only on an NVIDIA GPU")
 needs_gluon = pytest.mark.skipif(not plan.gluon_available(), reason="this Triton has no Gluon")
 
-# (preset, group, block_kv, splits[, balance[, columns[, norm_mma[, selector_pairs]]]]): each key
-# kind, tile size, split kind, column count, the key norms on the matrix unit, and 3-bit keys'
-# selectors two groups at a time
+# (preset, group, block_kv, splits[, balance[, columns[, norm_mma[, selector_pairs[, int_values]]]]]):
+# each key kind, tile size, split kind, column count, the key norms on the matrix unit, 3-bit
+# keys' selectors two groups at a time, and tq_k4v4's values from their codes' bits
 COMPILED = [
     ("turboquant_k3v4_nc", 4, 32, 16),
     ("turboquant_k3v4_nc", 3, 16, 1),
@@ -65,6 +65,8 @@ COMPILED = [
     ("tq_k4v3", 4, 16, 1, 1),
     ("tq_k4v4", 4, 32, 16, 0, 16),
     ("tq_k4v3", 8, 32, 16, 0, 16),
+    ("tq_k4v4", 4, 32, 16, 0, 8, 0, 0, 1),
+    ("tq_k4v4", 8, 16, 1, 1, 16, 0, 0, 1),
 ]
 
 
@@ -101,6 +103,7 @@ def _plan(
     longest=1,
     norm_mma=0,
     selector_pairs=0,
+    int_values=0,
 ):
     p = tq_core.get_preset(preset)
     fields = p.kernel_fields(p.block_layout(head_dim, block_size, 2)).constexprs()
@@ -111,6 +114,7 @@ def _plan(
         kv_splits=4,
         norm_mma=norm_mma,
         selector_pairs=selector_pairs,
+        int_values=int_values,
     )
     return plan.plan_attention(H100, p, fields, 2 * group, 2, 3, longest, block_size, config=cfg)
 
@@ -147,6 +151,12 @@ def test_the_plan_picks_it_only_where_it_applies():
     assert _plan(selector_pairs=1).constexprs["SELECTOR_PAIRS"] is True
     assert _plan(selector_pairs=0).constexprs["SELECTOR_PAIRS"] is False
     assert "SELECTOR_PAIRS" not in _plan(token_rows=0, selector_pairs=1).constexprs
+    # int_values reaches the token-rows kernel for symmetric values only (tq_k4v4)
+    assert _plan(preset="tq_k4v4", int_values=1).constexprs["INT_VALUES"] is True
+    assert _plan(preset="tq_k4v4", int_values=0).constexprs["INT_VALUES"] is False
+    assert _plan(preset="tq_k4v3", int_values=1).constexprs["INT_VALUES"] is False
+    assert _plan(int_values=1).constexprs["INT_VALUES"] is False
+    assert "INT_VALUES" not in _plan(preset="tq_k4v4", token_rows=0, int_values=1).constexprs
     refusals = {
         "tq_k6v5: the token-rows kernel decodes": dict(preset="tq_k6v5"),
         "q_len 8 times 4 q heads": dict(longest=8),
@@ -250,6 +260,21 @@ def test_selector_pairs(preset, norm_mma, group, q_lens, columns, gen, device, t
     monkeypatch.setenv("TQ_NORM_MMA", norm_mma)
     b = make_batch(gen, preset, [1, 300, 2049, 77], q_lens, head_dim=128, num_kv_heads=2, group=group, device=device)
     assert_close(*run_triton(b, splits=7, max_query_len=columns // plan.next_pow2(group)))
+    assert token_rows_launches
+
+
+@needs_gpu
+@needs_gluon
+@pytest.mark.parametrize(
+    ("group", "q_lens", "columns"), [(4, [1, 1, 1, 1], 8), (4, [1, 2, 5, 3], 16), (1, [1, 16, 3, 1], 8)]
+)
+@pytest.mark.parametrize("splits", [1, 7])
+def test_int_values(group, q_lens, columns, splits, gen, device, token_rows_launches, monkeypatch):
+    """``int_values`` 1: tq_k4v4's symmetric values decoded from their codes' bits."""
+    _cuda_only(device)
+    monkeypatch.setenv("TQ_INT_VALUES", "1")
+    b = make_batch(gen, "tq_k4v4", [1, 300, 2049, 77], q_lens, head_dim=128, num_kv_heads=2, group=group, device=device)
+    assert_close(*run_triton(b, splits=splits, max_query_len=columns // plan.next_pow2(group)))
     assert token_rows_launches
 
 

@@ -357,6 +357,31 @@ def test_transposed_probabilities_times_4_bit_values(nct):
 
 
 @pytest.mark.parametrize("nct", [1, 2])
+def test_transposed_probabilities_times_symmetric_values(nct):
+    """``pv4_ptx(symmetric=True)``: tq_k4v4's codes as ``code - 7.5`` (the format's table entry
+    ``(2 code - 15) / 16`` times 8), both nibbles, against NumPy."""
+    gen = np.random.default_rng(6)
+    p = gen.random((16, 8 * nct)).astype(np.float32)
+    codes = gen.integers(0, 16, (16, 128))
+    codes[0] = 15
+    codes[9] = 0
+    codes[3, ::2] = 0  # low nibbles at both ends, high nibbles at the other
+    codes[3, 1::2] = 15
+
+    def word(token: int, w: int) -> int:
+        return sum(int(codes[token, 8 * w + i]) << (4 * i) for i in range(8))
+
+    def operands(u: int, g: int, c: int) -> list[int]:
+        toks = (2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9)
+        return [word(t, 2 * g + u // 4) for t in toks] + [(u % 4) | ((u % 4 + 4) << 8)]
+
+    got = _value_product(ptx.pv4_ptx(nct, symmetric=True), p, nct, operands)
+    table = tq_core.value_codebook("tq_k4v4", 128)[0].double().numpy()
+    want = (8 * table[codes]).T @ p.astype(np.float16).astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("nct", [1, 2])
 def test_transposed_probabilities_times_3_bit_values(nct):
     # as above for 3-bit values: thread (g, c) holds each of its tokens' codes of head_dim
     # 16 g .. 16 g + 15 as 48 bits (code e at bit 3 e) in two registers; row tile u takes

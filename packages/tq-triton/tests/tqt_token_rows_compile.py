@@ -1,8 +1,9 @@
 """Compile the token-rows attention kernel for sm_90 and report what its PTX holds (a helper
 of test_token_rows_kernel.py, run in its own process without TRITON_INTERPRET).
 
-Usage: ``python tqt_token_rows_compile.py PRESET,GROUP,BLOCK_KV,SPLITS[,BALANCE[,COLUMNS[,NORM_MMA[,PAIRS]]]] ...``;
-prints one JSON list, an object of checks per configuration."""
+Usage: ``python tqt_token_rows_compile.py CONFIG ...``, each ``CONFIG``
+``PRESET,GROUP,BLOCK_KV,SPLITS[,BALANCE[,COLUMNS[,NORM_MMA[,PAIRS[,INT]]]]]``; prints one JSON
+list, an object of checks per configuration."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ if __name__ == "__main__":
     for arg in sys.argv[1:]:
         preset, *rest = arg.split(",")
         group, block_kv, splits, *extra = (int(x) for x in rest)
-        balance, columns, norm_mma, pairs = [*extra, *(0, 8, 0, 0)[len(extra) :]]
+        balance, columns, norm_mma, pairs, int_values = [*extra, *(0, 8, 0, 0, 0)[len(extra) :]]
         kernel = compile_token_rows(
             preset,
             group,
@@ -56,6 +57,7 @@ if __name__ == "__main__":
             columns=columns,
             norm_mma=bool(norm_mma),
             selector_pairs=bool(pairs),
+            int_values=bool(int_values),
         )
         out.append(checks(kernel.asm["ptx"]))
     print(json.dumps(out))

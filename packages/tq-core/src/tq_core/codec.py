@@ -12,8 +12,17 @@ Values, vLLM's presets: per (token, head) asymmetric uniform: ``zero = min``, ``
 computed with the stored fp16 scale and zero so that the decoder's ``zero + code * scale``
 is the nearest representable level.
 
-Values, Lloyd-Max (tq's calibrated formats): coded exactly like a Lloyd-Max key with
-``value_bits`` bits (the norm in the scale field, no zero point).
+Values, Lloyd-Max (tq's calibrated formats but ``tq_k4v4``): coded exactly like a Lloyd-Max
+key with ``value_bits`` bits (the norm in the scale field, no zero point).
+
+Values, symmetric (``tq_k4v4``): the rotated vector ``y = H v`` (not normalised) on ``n =
+2^value_bits`` equal cells of ``[-s, s]``: ``s = fp16(n / (n - 1) * max |y_i|)`` in the scale
+field (so that the largest coordinate sits at the centre of an outer cell), ``code =
+clamp(floor(n/2 * y / s) + n/2, 0, n - 1)`` computed with the stored fp16 ``s``, decoded to
+the cell's centre ``s * (2 code + 1 - n) / n``. That is a table like the Lloyd-Max one
+(:func:`value_codebook`: centroids ``(2 i + 1 - n) / n``), so every decoder of Lloyd-Max
+values decodes it unchanged; a GPU can also compute it from the code's bits (``code - 7.5``
+by the fp16 bit trick of vLLM's values) with no table.
 
 tq's calibrated formats fold the norm correction into the stored number
 (``Preset.folds_norm``): a Lloyd-Max key's norm field and value's scale field hold fp16
@@ -27,7 +36,8 @@ model's keys and values, without it the coded vectors.
 Non-finite inputs (one rule for every backend, docs/overview.md): a Lloyd-Max key whose
 sum of squares is not finite in float32 (it holds a NaN or ±inf, or its norm overflows
 float32) and a value that holds a NaN or ±inf are stored as the zero vector (norm 0, or
-scale 0 and zero point 0; every code 0). An fp8 key is converted per element: NaN -> 0,
+scale 0 and zero point 0; every code 0). A symmetric value follows the Lloyd-Max rule
+(its sum of squares); so does an all-zero one (scale 0, codes 0). An fp8 key is converted per element: NaN -> 0,
 ±inf saturate to ±448 like every element beyond ±448. Finite fields saturate to their
 format: the fp16 key norm, value scale and zero point at ±65504. The cache therefore only
 ever holds finite numbers, and such a token cannot reach other rows (0 * NaN in the
@@ -59,8 +69,8 @@ class EncodedKV(NamedTuple):
     key_codes: torch.Tensor  # uint8 [N, H, key_code_bytes]: packed codes or fp8 bytes
     key_norm: torch.Tensor | None  # float16 [N, H]; None for fp8 keys
     value_codes: torch.Tensor  # uint8 [N, H, value_code_bytes]
-    value_scale: torch.Tensor  # float16 [N, H]: the uniform step, or the Lloyd-Max norm
-    value_zero: torch.Tensor | None  # float16 [N, H]; None for Lloyd-Max values
+    value_scale: torch.Tensor  # float16 [N, H]: the uniform step, the Lloyd-Max norm or the symmetric s
+    value_zero: torch.Tensor | None  # float16 [N, H]; None for Lloyd-Max and symmetric values
 
 
 @functools.cache
@@ -98,15 +108,34 @@ def key_codebook(
     return cent.to(device, copy=True), bounds.to(device, copy=True)
 
 
+@functools.cache
+def _symmetric_cpu(bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    n = 1 << bits
+    cent = torch.tensor([(2 * i + 1 - n) / n for i in range(n)], dtype=torch.float32)
+    bounds = torch.tensor([(2 * i - n) / n for i in range(1, n)], dtype=torch.float32)
+    return cent, bounds
+
+
+def _value_table(p: Preset, head_dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The codec's own value table of ``p`` on ``device`` (read only, see ``_shared_codebook``)."""
+    if p.value_kind == "symmetric":
+        cent, bounds = _symmetric_cpu(p.value_bits)
+        return cent.to(device), bounds.to(device)
+    return _bits_codebook(p.value_bits, head_dim, device)
+
+
 def value_codebook(
     preset: str | Preset, head_dim: int, device: torch.device | str = "cpu"
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`key_codebook` for the Lloyd-Max values of tq's calibrated formats (``value_bits``
-    bits); new tensors the caller owns."""
+    """(table, boundaries) in float32 of the values of tq's calibrated formats: a value
+    decodes as its scale field times ``table[code]``, rotated back. Lloyd-Max values
+    (``value_bits`` bits): :func:`key_codebook`'s, scaled by ``1/sqrt(head_dim)``; symmetric
+    values: the cell centres ``(2 i + 1 - n) / n`` and the cell edges ``(2 i - n) / n`` of
+    ``y / s`` (``n = 2^value_bits``, any head_dim). New tensors the caller owns."""
     p = get_preset(preset)
     if p.value_is_uniform:
         raise ValueError(f"{p.name} stores uniform values and has no value codebook")
-    cent, bounds = _bits_codebook(p.value_bits, head_dim, torch.device("cpu"))
+    cent, bounds = _value_table(p, head_dim, torch.device("cpu"))
     return cent.to(device, copy=True), bounds.to(device, copy=True)
 
 
@@ -158,6 +187,33 @@ def lloyd_max_decode(
         c = c / cn
     x_rot = norm.float()[..., None] * c
     return x_rot if rotated else rotate(x_rot)
+
+
+def symmetric_encode(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Vectors ``[..., d]`` -> (packed ``bits``-bit symmetric codes of ``y = H x``, fp16 ``s``):
+    ``n = 2^bits`` equal cells of ``[-s, s]``, ``s = n / (n - 1) * max |y_i|`` (fp16,
+    saturating at 65504), each code the cell of ``y_i / s`` with the stored ``s``. A vector
+    whose sum of squares is not finite in float32, and the zero vector, get ``s = 0`` and
+    code 0 throughout."""
+    x = x.float()
+    n = 1 << bits
+    bad = ~torch.isfinite((x * x).sum(-1))
+    x = torch.where(bad[..., None], torch.zeros_like(x), x)
+    y = rotate(x)
+    amax = y.abs().amax(-1)
+    s16 = (amax * (n / (n - 1))).clamp(max=FP16_MAX).to(torch.float16)
+    s = s16.float()[..., None]
+    live = s > 0
+    cell = torch.floor(y / torch.where(live, s, torch.ones_like(s)) * (n // 2)) + n // 2
+    codes = torch.where(live, cell.clamp(0, n - 1), torch.zeros_like(cell)).to(torch.int64)
+    return pack_codes(codes, bits), s16
+
+
+def symmetric_decode(codes: torch.Tensor, scale: torch.Tensor, bits: int, head_dim: int) -> torch.Tensor:
+    """Inverse of :func:`symmetric_encode` in float32: ``H (s * table[code])``."""
+    cent, _ = _symmetric_cpu(bits)
+    c = cent.to(codes.device)[unpack_codes(codes, bits, head_dim)]
+    return rotate(scale.float()[..., None] * c)
 
 
 def quantize_keys(key: torch.Tensor, preset: Preset) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -224,7 +280,10 @@ def encode_fields(
     if p.value_is_uniform:
         vc, vs, vz = quantize_values(value, p.value_bits)
         return EncodedKV(kc, kn, vc, vs, vz)
-    vc, vn = lloyd_max_encode(value, p.value_bits, p.folds_norm)
+    if p.value_kind == "symmetric":
+        vc, vn = symmetric_encode(value, p.value_bits)
+    else:
+        vc, vn = lloyd_max_encode(value, p.value_bits, p.folds_norm)
     return EncodedKV(kc, kn, vc, vn, None)
 
 
@@ -245,6 +304,8 @@ def decode_fields(
     if p.value_is_uniform:
         assert fields.value_zero is not None
         v = dequantize_values(fields.value_codes, fields.value_scale, fields.value_zero, p.value_bits, head_dim)
+    elif p.value_kind == "symmetric":
+        v = symmetric_decode(fields.value_codes, fields.value_scale, p.value_bits, head_dim)
     else:
         v = lloyd_max_decode(fields.value_codes, fields.value_scale, p.value_bits, head_dim, p.norm_correction)
     if p.calibrated and calibration is not None:

@@ -22,8 +22,8 @@ class SlotLayout:
     """vLLM's per-token slot for one kv head (offsets in bytes from the slot start).
 
     ``norm_offset`` is ``None`` for fp8 keys, which store no norm. The fp16 at
-    ``scale_offset`` is the uniform values' step, or the Lloyd-Max values' norm;
-    ``zero_offset`` is ``None`` for Lloyd-Max values, which store no zero point.
+    ``scale_offset`` is the uniform values' step, the Lloyd-Max values' norm or the symmetric
+    values' ``s``; ``zero_offset`` is ``None`` for those two, which store no zero point.
     """
 
     head_dim: int
@@ -112,7 +112,7 @@ class KernelFields:
     value_offset: int
     value_width: int
     scale_offset: int
-    zero_offset: int  # -1: no zero point (Lloyd-Max values)
+    zero_offset: int  # -1: no zero point (Lloyd-Max and symmetric values)
 
     @property
     def has_norm(self) -> bool:

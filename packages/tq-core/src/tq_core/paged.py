@@ -32,8 +32,8 @@ class BlockFields(NamedTuple):
     key: torch.Tensor
     norm: torch.Tensor | None
     value: torch.Tensor
-    scale: torch.Tensor  # the uniform step, or the Lloyd-Max values' norm
-    zero: torch.Tensor | None  # None: Lloyd-Max values have no zero point
+    scale: torch.Tensor  # the uniform step, the Lloyd-Max values' norm or symmetric values' s
+    zero: torch.Tensor | None  # None: Lloyd-Max and symmetric values have no zero point
 
 
 def block_fields(kv_cache: torch.Tensor, lay: BlockLayout) -> BlockFields:

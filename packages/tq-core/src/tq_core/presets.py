@@ -16,7 +16,7 @@ from .layout import BlockLayout, KernelFields, SlotLayout, block_layout, kernel_
 SUPPORTED_HEAD_DIMS: tuple[int, ...] = (64, 128, 256, 512)
 
 KEY_KINDS: tuple[str, ...] = ("fp8", "lloyd_max")
-VALUE_KINDS: tuple[str, ...] = ("uniform", "lloyd_max")
+VALUE_KINDS: tuple[str, ...] = ("uniform", "lloyd_max", "symmetric")
 
 # (name, key_kind, key_bits, value_bits, norm_correction, value_kind, calibrated) of every
 # preset tq implements. The kernels are specialised to exactly these formats (tq-triton
@@ -32,7 +32,7 @@ _SHIPPED: tuple[tuple[str, str, int, int, bool, str, bool], ...] = (
     ("turboquant_k3v4_nc", "lloyd_max", 3, 4, True, "uniform", False),
     ("turboquant_3bit_nc", "lloyd_max", 3, 3, True, "uniform", False),
     ("tq_k4v3", "lloyd_max", 4, 3, False, "lloyd_max", True),
-    ("tq_k4v4", "lloyd_max", 4, 4, False, "lloyd_max", True),
+    ("tq_k4v4", "lloyd_max", 4, 4, False, "symmetric", True),
     ("tq_k6v5", "lloyd_max", 6, 5, False, "lloyd_max", True),
 )
 
@@ -44,8 +44,12 @@ class Preset:
     ``key_kind`` is ``"fp8"`` (raw key cast to float8 e4m3, no rotation) or
     ``"lloyd_max"`` (norm + Hadamard-rotated unit vector, ``key_bits`` Lloyd-Max codes).
     ``value_kind`` is ``"uniform"`` (per-token asymmetric uniform with ``value_bits`` bits:
-    fp16 scale and zero point) or ``"lloyd_max"`` (coded like a Lloyd-Max key: fp16 norm and
-    ``value_bits`` codes of the rotated unit vector). ``norm_correction``: the decoder
+    fp16 scale and zero point), ``"lloyd_max"`` (coded like a Lloyd-Max key: fp16 norm and
+    ``value_bits`` codes of the rotated unit vector) or ``"symmetric"`` (the rotated vector
+    ``y`` on ``2**value_bits`` equal cells of ``[-s, s]``, one fp16 ``s`` per token, each
+    coordinate decoded to its cell's centre: :func:`tq_core.codec.symmetric_encode`). Both
+    of the last two decode as the stored number times a table entry picked by the code
+    (:attr:`value_has_table`). ``norm_correction``: the decoder
     rescales a Lloyd-Max row's centroid vector ``c`` to unit length (``||x|| * c / ||c||``).
     ``calibrated`` formats encode keys and values against per-layer statistics of the model
     (:class:`tq_core.Calibration`) and store ``||x|| / ||c||`` in the norm fields
@@ -83,6 +87,8 @@ class Preset:
             raise PresetError(f"{where}: value_kind={self.value_kind!r}, expected one of {VALUE_KINDS}")
         if not isinstance(self.calibrated, bool):
             raise PresetError(f"{where}: calibrated={self.calibrated!r}, expected a bool")
+        if self.value_kind == "symmetric" and not self.calibrated:
+            raise PresetError(f"{where}: symmetric values are a calibrated format's (calibrated=True)")
         if self.value_kind == "lloyd_max" and self.value_bits not in GAUSSIAN_BITS:
             raise PresetError(f"{where}: value_bits={self.value_bits}, the Lloyd-Max codebooks cover {GAUSSIAN_BITS}")
         if self.key_kind == "fp8":
@@ -112,6 +118,12 @@ class Preset:
     @property
     def value_is_uniform(self) -> bool:
         return self.value_kind == "uniform"
+
+    @property
+    def value_has_table(self) -> bool:
+        """Whether a value decodes as its fp16 scale field times a table entry its code picks
+        (Lloyd-Max and symmetric values: ``tq_core.value_codebook``), rotated back."""
+        return self.value_kind in ("lloyd_max", "symmetric")
 
     @property
     def folds_norm(self) -> bool:

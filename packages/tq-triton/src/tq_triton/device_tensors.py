@@ -30,9 +30,9 @@ def cached_codebook(
 def cached_value_codebook(
     preset: Preset, head_dim: int, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The Lloyd-Max values' tables of a calibrated format, shared by every launch (launchers
-    only): (boundaries float32, centroids float16, centroids float32), scaled by
-    1/sqrt(head_dim)."""
+    """The value tables of a calibrated format (``tq_core.value_codebook``: Lloyd-Max centroids
+    scaled by 1/sqrt(head_dim), or tq_k4v4's symmetric cell centres), shared by every launch
+    (launchers only): (boundaries float32, centroids float16, centroids float32)."""
     cent, bounds = value_codebook(preset, head_dim, "cpu")
     return bounds.to(device), cent.to(torch.float16).to(device), cent.to(device)
 

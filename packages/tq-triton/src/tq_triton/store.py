@@ -204,6 +204,28 @@ def _lloyd_max_code(
 
 
 @triton.jit
+def _symmetric_code(x, BLOCK_T: tl.constexpr, D: tl.constexpr, LOG2_D: tl.constexpr, BITS: tl.constexpr):
+    """Rows ``x`` ``[BLOCK_T, D]`` (float32) -> (codes ``[BLOCK_T, D]``, fp16 ``s``): the
+    symmetric value code of ``tq_k4v4`` (``tq_core.codec.symmetric_encode``): ``y = H x`` by
+    butterflies, ``s = fp16(n / (n - 1) * max |y_i|)``, each code the cell ``floor(n/2 * y_i /
+    s) + n/2`` of ``[-s, s]`` (``n = 2^BITS``), clamped to ``0 .. n - 1``. A row whose sum of
+    squares is not finite, and a zero row, get ``s = 0`` and code 0 throughout."""
+    N: tl.constexpr = 1 << BITS
+    HALF: tl.constexpr = N // 2
+    ss = tl.sum(x * x, axis=1)
+    bad = ~(ss < FP32_INF)
+    # the rows are bounded (finite sums of squares): the unnormalised transform cannot overflow
+    y = fwht_rows(tl.where(bad[:, None], 0.0, x), BLOCK_T, D, LOG2_D) / tl.sqrt(D * 1.0)
+    amax = tl.max(tl.abs(y), axis=1)
+    s16 = tl.minimum(amax * (N / (N - 1)), FP16_MAX).to(tl.float16)
+    s = s16.to(tl.float32)
+    live = s > 0
+    cell = tl.floor(y / tl.where(live, s, 1.0)[:, None] * HALF) + HALF
+    cell = tl.minimum(tl.maximum(cell, 0.0), N - 1.0)
+    return tl.where(live[:, None], cell, 0.0).to(tl.uint32), s16
+
+
+@triton.jit
 def _coded(x, first, Gain, Offset, FirstOffset, ch):
     """Calibrated formats: the vectors the cache codes, ``gain * (x - offset)``, with the
     first-position offset where ``first`` ([BLOCK_T] bool) holds."""
@@ -264,6 +286,7 @@ def _store_kernel(
     BLOCK_T: tl.constexpr,
     CODE_SEARCH: tl.constexpr = False,
     CALIBRATED: tl.constexpr = False,
+    SYMMETRIC_VALUES: tl.constexpr = False,
     FOLD_NORM: tl.constexpr = False,
     ROTATION: tl.constexpr = 0,
     LEAN: tl.constexpr = False,
@@ -276,7 +299,9 @@ def _store_kernel(
     from ``Positions`` (position 0 is coded against the first-position offsets), keys and
     values are coded as ``gain * (x - offset)`` with the kv head's calibration vectors
     (contiguous float32 ``[num_kv_heads, D]``), values take the Lloyd-Max code of
-    ``VBITS`` bits (boundaries ``VBounds``). Otherwise none of those pointers is read.
+    ``VBITS`` bits (boundaries ``VBounds``), or with ``SYMMETRIC_VALUES`` the symmetric code
+    (:func:`_symmetric_code`, rotated by butterflies whatever ``ROTATION``). Otherwise none
+    of those pointers is read.
     ``FOLD_NORM`` (``Preset.folds_norm``): the key norm and (Lloyd-Max) value scale fields
     hold each row's norm over its centroids' norm (float32 centroids ``KCentroids``,
     ``VCentroids``).
@@ -348,7 +373,13 @@ def _store_kernel(
         v = _rows(V, t0 * stride_vt + h * stride_vh, stride_vt, r, live, D)
     else:
         v = tl.load(V + t[:, None] * stride_vt + h * stride_vh + d[None, :], mask=ok[:, None], other=0.0).to(tl.float32)
-    if CALIBRATED:
+    if CALIBRATED and SYMMETRIC_VALUES:
+        v = _coded(v, first, ValueGain, ValueOffset, ValueFirstOffset, ch)
+        vcodes, vs16 = _symmetric_code(v, BLOCK_T, D, LOG2_D, VBITS)
+        vptr = field_ptr(base, off, VAL_OFF, VAL_BYTES).to(tl.pointer_type(tl.int32))
+        store_codes(vptr, ok, vcodes, VBITS, D, BLOCK_T)
+        tl.store(field_ptr(base, off, SCALE_OFF, FP16_BYTES).to(tl.pointer_type(tl.float16)), vs16, mask=ok)
+    elif CALIBRATED:
         v = _coded(v, first, ValueGain, ValueOffset, ValueFirstOffset, ch)
         vcodes, vnorm = _lloyd_max_code(
             v,
@@ -426,6 +457,7 @@ def kernel_constexprs(p: Preset, fields: dict[str, Any], cfg: StoreConfig, key_d
         BLOCK_T=cfg.block_t,
         CODE_SEARCH=bool(cfg.code_search),
         CALIBRATED=p.calibrated,
+        SYMMETRIC_VALUES=p.value_kind == "symmetric",
         FOLD_NORM=p.folds_norm,
         LEAN=bool(cfg.lean),
         ROTATION=cfg.rotation,
@@ -494,6 +526,8 @@ def store(
         assert calibration is not None and args.positions is not None  # check_store_args requires them
         cal = (args.positions, args.positions.stride(0), *calibration.kernel_vectors())
         vbounds, _, vcent = cached_value_codebook(p, d, key.device)
+        if p.value_kind == "symmetric":
+            vbounds = vcent = dummy(key.device)  # computed, not searched
     else:
         cal = (dummy(key.device), 0, *(dummy(key.device),) * 6)
         vbounds = vcent = dummy(key.device)

@@ -107,6 +107,12 @@ class AttentionConfig:
     # over 24 bits), 0 one group at a time. Statically 1.5-1.7 fewer instructions per token
     # (docs/perf/runs/2026-12-04-token-rows-formats); not yet run on a GPU, so no table sets it
     selector_pairs: int = 0
+    # the token-rows kernel's symmetric values (tq_k4v4): 1 decodes each code as code - 7.5
+    # from its bits (the fp16 bit trick of vLLM's 4-bit values, one shift more per fp16 pair
+    # of low nibbles), 0 looks it up in the register table like Lloyd-Max values. Statically
+    # about 9 fewer instructions per token (docs/perf/runs/2026-12-04-symmetric-values); not
+    # yet run on a GPU, so no table sets it
+    int_values: int = 0
 
 
 @dataclass(frozen=True)
@@ -160,6 +166,7 @@ _LIMITS: dict[str, tuple[int, int, bool]] = {
     "token_rows": (0, 1, False),
     "norm_mma": (0, 1, False),
     "selector_pairs": (0, 1, False),
+    "int_values": (0, 1, False),
 }
 ENV_OVERRIDES = {
     "TQ_BLOCK_KV": "block_kv",
@@ -177,6 +184,7 @@ ENV_OVERRIDES = {
     "TQ_TOKEN_ROWS": "token_rows",
     "TQ_NORM_MMA": "norm_mma",
     "TQ_SELECTOR_PAIRS": "selector_pairs",
+    "TQ_INT_VALUES": "int_values",
 }
 # variables of knobs that no longer exist, and what replaced them: setting one is an error,
 # not silently ignored

@@ -82,8 +82,9 @@ inline float value_coord(const uint8_t* row, int32_t c, int32_t bits, float scal
 }
 
 // A calibrated format's coded value in the rotated domain: the key rule with the value
-// codebook (its scale field holds norm / ||c||, so norm_correction is off and this is
-// scale * c); attention rotates its output back once per row.
+// table (its scale field holds norm / ||c|| for Lloyd-Max values and s for tq_k4v4's
+// symmetric ones, whose table is the cell centres (2 i - 15) / 16; norm_correction is off,
+// so this is scale * table[code]); attention rotates its output back once per row.
 inline void dequant_lloyd_max_value(const uint8_t* region, int32_t t, const BlockLayout& l, const Preset& p,
                                     const float* value_centroids, float* v) {
   const uint8_t* row = value_row(region, t, l);

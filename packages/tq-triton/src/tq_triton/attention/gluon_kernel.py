@@ -3,7 +3,7 @@
 Same arguments, results and memory rules as ``kernel.attention_kernel``, for vLLM's presets:
 fp8, 3- or 4-bit codebook keys with uniform 4-bit values (k8v4, k3v4_nc, 4bit_nc), and 3-bit
 codebook keys with uniform 3-bit values (3bit_nc); and for tq's calibrated formats with 4-bit
-keys and 3- or 4-bit Lloyd-Max values (tq_k4v3, tq_k4v4; not tq_k6v5). What it states that
+keys and 3-bit Lloyd-Max or 4-bit symmetric values (tq_k4v3, tq_k4v4; not tq_k6v5). What it states that
 Triton chooses for the portable kernel:
 
 - one warp per 16 query rows (``mma.sync`` m16n8k16, warps along the rows), so the online
@@ -18,8 +18,8 @@ Triton chooses for the portable kernel:
   magnitudes, the sign from each code's bit 3; the query is rotated in the kernel); value
   codes are decoded two per 32-bit operation (``value_words``' column order, undone where
   the output is stored; 3-bit codes are first moved to the nibbles of 4-bit words, so they
-  leave the same order); calibrated formats' Lloyd-Max values are looked up as the keys are,
-  in the value codebook's table, and each output row is rotated back before it is stored;
+  leave the same order); calibrated formats' values (Lloyd-Max or symmetric) are looked up as the
+  keys are, in the value table's registers, and each output row is rotated back before it is stored;
 - the causal and length masks only on the tiles that need them;
 - the probabilities pass from the score product's accumulator to the value product's A
   operand in registers;

@@ -89,7 +89,8 @@ def gluon_values(preset: Preset) -> bool:
     """Whether the Gluon kernel decodes the preset's values: uniform 4-bit codes, or uniform
     3-bit codes where the keys are codebook codes (its value layout shares the 3-bit keys'
     threads), each with a scale and a zero point; or a calibrated format's 3- or 4-bit
-    Lloyd-Max codes with codebook keys (looked up in the value codebook's register table)."""
+    table codes (Lloyd-Max, or tq_k4v4's symmetric ones) with codebook keys (looked up in
+    the value table's registers)."""
     if preset.calibrated:
         return preset.value_bits in (3, 4) and not preset.key_is_fp8
     return preset.value_bits == 4 or (preset.value_bits == 3 and not preset.key_is_fp8)
@@ -142,7 +143,7 @@ def token_rows_refusal(
     """Why ``token_rows_kernel`` cannot compute a launch the Gluon kernel may run, or ``""``:
     it decodes fp8, 3- and 4-bit codebook keys with uniform 4-bit values (k8v4, k3v4_nc,
     4bit_nc), 3-bit keys with uniform 3-bit values (3bit_nc) and the calibrated formats with
-    4-bit keys and 3- or 4-bit Lloyd-Max values (tq_k4v3, tq_k4v4) at head_dim 128; its 16 query
+    4-bit keys and 3-bit Lloyd-Max or 4-bit symmetric values (tq_k4v3, tq_k4v4) at head_dim 128; its 16 query
     columns must hold the batch's longest q_len (``longest``, rounded up to a power of two)
     times the q heads per kv head (``group_pad``, padded), so that each program reads the
     cache once; 16-64 tokens per tile; blocks of at least 16 tokens (a 16-token row tile then
@@ -338,6 +339,7 @@ def plan_attention(
         # the token-rows kernel's own compile-time argument (the other kernels have none)
         constexprs["NORM_MMA"] = bool(cfg.norm_mma)
         constexprs["SELECTOR_PAIRS"] = bool(cfg.selector_pairs)
+        constexprs["INT_VALUES"] = bool(cfg.int_values) and preset.value_kind == "symmetric"
     options = launch_options_for(facts.name, facts.type)
     if cfg.max_registers and facts.nvidia:
         options["maxnreg"] = cfg.max_registers

@@ -5,8 +5,8 @@ decoding are separate so that the loop can issue a tile's loads an iteration bef
 decodes it (the prefetch mode). A loaded tile is the tuple ``(kw, kn, vw, vs, vz)``: the
 key's packed words (``bitpack.load_words``' tuple; for fp8 keys six references to the fp8
 bytes), the fp16 key norms, the value's packed words, and the fp16 value scales (the
-norms, for the Lloyd-Max values of calibrated formats) and zero points (not read for
-those: zeros).
+folded norms or ``s``, for the table values of calibrated formats) and zero points (not
+read for those: zeros).
 
 A position is read only when it lies before ``hi``; a block id outside
 ``[0, num_blocks)`` is read as the cache's last block (an unsigned minimum with
@@ -122,7 +122,7 @@ def attend_tile(
     4-bit codebook keys only): 0 gathers the centroids from ``Centroids`` (the fp16
     codebook); 1 and 2 look them up in a register table (``Centroids`` is then
     ``key_lut.lut_words``' table), 1 through PTX (cuda), 2 emulated. ``VALUE_LUT``: the same
-    for the 3- and 4-bit Lloyd-Max values of calibrated formats and ``VCentroids``.
+    for the 3- and 4-bit table values of calibrated formats and ``VCentroids``.
 
     ``CALIBRATED`` (tq's calibrated formats, docs/format.md): ``first_bias`` ``[M]`` is added
     to each row's score of position 0 (the query's product with ``mu0 - mu``), the values

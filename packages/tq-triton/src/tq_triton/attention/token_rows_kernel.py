@@ -5,8 +5,8 @@ column tiles of 8, which share each decoded key chunk and value word.
 
 Same arguments, results and memory rules as ``gluon_kernel.gluon_attention_kernel``, for
 fp8, 3- or 4-bit codebook keys with uniform 4-bit values (k8v4, k3v4_nc, 4bit_nc), 3-bit keys
-with uniform 3-bit values (3bit_nc), and 4-bit keys with 3- or 4-bit Lloyd-Max values (tq's
-calibrated tq_k4v3, tq_k4v4), at head_dim 128 and block sizes of at least 16
+with uniform 3-bit values (3bit_nc), and 4-bit keys with 3-bit Lloyd-Max or 4-bit symmetric
+values (tq's calibrated tq_k4v3, tq_k4v4), at head_dim 128 and block sizes of at least 16
 (``plan.token_rows_refusal``). Where the Gluon kernel decodes a
 tile into shared memory and has each warp read it back as operand fragments, here one warp
 decodes each key chunk and value word straight into the ``mma.sync`` operand registers that
@@ -78,6 +78,9 @@ _PV3_C = gl.constexpr(ptx.pv3_constraints())
 _PV3_2 = gl.constexpr(ptx.pv3_ptx(2))
 _PV3_2C = gl.constexpr(ptx.pv3_constraints(2))
 _PV4_2 = gl.constexpr(ptx.pv4_ptx(2))
+# symmetric values (tq_k4v4, INT_VALUES): code - 7.5 from the code's bits
+_PV4S = gl.constexpr(ptx.pv4_ptx(1, True))
+_PV4S_2 = gl.constexpr(ptx.pv4_ptx(2, True))
 _PV4_2C = gl.constexpr(ptx.pv4_constraints(2))
 _PVL = gl.constexpr(ptx.pvl_ptx(1, True))
 _PVL_C = gl.constexpr(ptx.pvl_constraints(1, True))
@@ -732,6 +735,7 @@ def token_rows_attention_kernel(
     NORM_MMA: gl.constexpr = False,
     CALIBRATED: gl.constexpr = False,
     SELECTOR_PAIRS: gl.constexpr = False,
+    INT_VALUES: gl.constexpr = False,
 ):
     """One warp; ``BLOCK_Q * G_PAD`` is 8 or 16 (the product's columns: one or two column
     tiles of 8, each key and value decoded once for both), ``D`` 128, ``BLOCK_KV`` 16, 32 or
@@ -744,11 +748,15 @@ def token_rows_attention_kernel(
     kernel takes them). ``NORM_MMA``: codebook keys' sums of squared centroids by a product
     of the squared key operands with ones on the matrix unit (``AttentionConfig.norm_mma``),
     where the lanes otherwise sum them. ``SELECTOR_PAIRS``: 3-bit keys' selector nibbles built
-    two groups at a time (``AttentionConfig.selector_pairs``). The other constexprs are
+    two groups at a time (``AttentionConfig.selector_pairs``). ``INT_VALUES``: tq_k4v4's
+    symmetric values from their codes' bits, ``(code - 7.5) / 8`` (``token_rows_ptx.pv4_ptx``'s
+    symmetric step, the 1/8 in the value scales), instead of the register table
+    (``AttentionConfig.int_values``). The other constexprs are
     ``kernel.attention_kernel``'s."""
     gl.static_assert(D == 128, "head_dim 128")
     gl.static_assert(VBITS == 4 or (VBITS == 3 and not KEY_FP8), "values: 4 bits, or 3 with codebook keys")
     gl.static_assert(BLOCK_Q * G_PAD == 8 or BLOCK_Q * G_PAD == 16, "8 or 16 query columns")
+    gl.static_assert(not INT_VALUES or (CALIBRATED and VBITS == 4), "int values: tq_k4v4's symmetric values")
     NCT: gl.constexpr = BLOCK_Q * G_PAD // 8
     # the 3-bit keys' score steps for NORM_MMA and SELECTOR_PAIRS (the chunk's two halves; 2: with
     # two column tiles)
@@ -788,7 +796,7 @@ def token_rows_attention_kernel(
         lut = (0, 0, 0, 0)
     else:
         lut = register_table(Centroids)
-    if CALIBRATED:
+    if CALIBRATED and not INT_VALUES:
         vlut = register_table(VCentroids)
     else:
         vlut = (0, 0, 0, 0)
@@ -1047,6 +1055,10 @@ def token_rows_attention_kernel(
                 # the value scales' reference, shared by the column tiles
                 vsf0 = vs0.to(gl.float32)
                 vsf1 = vs1.to(gl.float32)
+                if INT_VALUES:
+                    # the table's (2 code - 15) / 16 is (code - 7.5) / 8: the PTX gives code - 7.5
+                    vsf0 = vsf0 * 0.125
+                    vsf1 = vsf1 * 0.125
                 smax = gl.max(gl.max(gl.maximum(vsf0, vsf1), axis=2), axis=0)[None, :]
                 f_new = gl.where((smax > f_i) | (smax * 16.0 < f_i), smax, f_i)
                 f_new = gl.where(f_new > 0, f_new, 1.0)
@@ -1067,7 +1079,7 @@ def token_rows_attention_kernel(
                     state1, acc_b, bu0, bu1 = _softmax_columns(t00, t01, t10, t11, state1, acc_b, q_scale, values, LU)
                     y0 = _tiles(bu0, MT, L2)
                     y1 = _tiles(bu1, MT, L2)
-                if CALIBRATED and VBITS == 4:
+                if CALIBRATED and VBITS == 4 and not INT_VALUES:
                     # each value word's magnitude selectors (a symmetric codebook's table)
                     ma0 = _tiles(_magnitude_selectors(v0), MT, L2)
                     ma1 = _tiles(_magnitude_selectors(v1), MT, L2)
@@ -1097,7 +1109,22 @@ def token_rows_attention_kernel(
                         pc0 = gl.convert_layout(y0[t], gl.SliceLayout(2, LU), assert_trivial=True)
                         pc1 = gl.convert_layout(y1[t], gl.SliceLayout(2, LU), assert_trivial=True)
                         acc_2 = acc_b
-                    if CALIBRATED:
+                    if INT_VALUES:
+                        wa0, wa1, wb0, wb1 = _value_words(v_lo, v_hi, lo_u)
+                        acc, acc_2 = _pv_step(
+                            acc,
+                            acc_2,
+                            (wa0, wa1, wb0, wb1, sel_u),
+                            sel_u * 0,
+                            pb0,
+                            pb1,
+                            pc0,
+                            pc1,
+                            _PV4S if NCT == 1 else _PV4S_2,
+                            _PV4_C if NCT == 1 else _PV4_2C,
+                            NCT,
+                        )
+                    elif CALIBRATED:
                         zu = sel_u * 0
                         wa0, wa1, wb0, wb1 = _value_words(v_lo, v_hi, lo_u)
                         vla, vlb, vha, vhb = vlut

@@ -32,10 +32,12 @@ from __future__ import annotations
 
 MMA = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
 
-# fp16 constants: 1032 (1024 + the 4-bit code's centre 8), 1/16, -72 (64 + 8)
+# fp16 constants: 1032 (1024 + the 4-bit code's centre 8), 1/16, -72 (64 + 8), and -71.5
+# (64 + 7.5) for symmetric values
 _V_BIAS = 0x64086408
 _V_SIXTEENTH = 0x2C002C00
 _V_HI_BIAS = 0xD480D480
+_V_SYM_BIAS = 0xD478D478
 
 
 def _group_bits(group: int, words: tuple[str, str, str]) -> str:
@@ -342,7 +344,7 @@ def qk8_constraints(nct: int = 1) -> str:
 QK8_CONSTRAINTS = qk8_constraints()
 
 
-def pv4_ptx(nct: int = 1) -> str:
+def pv4_ptx(nct: int = 1, symmetric: bool = False) -> str:
     """One 16-token step of ``O^T`` for 4-bit values, one row tile, into ``nct`` column tiles.
     With ``n = 4 nct``: outputs ``$0..$(n-1)`` the ``C`` fragments (four per column tile).
     Inputs: ``$n``, ``$(n+1)`` the value word of tokens ``2 c`` and ``2 c + 1`` that holds this
@@ -351,7 +353,9 @@ def pv4_ptx(nct: int = 1) -> str:
     permute), then the probabilities' two ``B`` registers per column tile and the ``C``
     fragments so far. A low nibble becomes the fp16 ``1024 + code`` (``lop3`` with ``0x6400``)
     minus 1032; a high nibble ``1024 + 16 code``, times 1/16 minus 72 in one ``fma``: both are
-    ``code - 8``, exact."""
+    ``code - 8``, exact. ``symmetric`` (tq_k4v4's values, ``AttentionConfig.int_values``):
+    both nibbles ``code - 7.5``, exact, the low one shifted into the high nibble's place
+    first (1031.5 is no fp16 number), one more instruction per fp16 pair of low nibbles."""
     n = 4 * nct
     b = n + 5
     c_in = b + 2 * nct
@@ -361,21 +365,29 @@ def pv4_ptx(nct: int = 1) -> str:
         f"${c_in + 4 * k + 3}}};"
         for k in range(nct)
     ]
+
+    def low(out: str) -> list[str]:
+        if symmetric:
+            return [
+                "shl.b32 y, x, 4;",
+                f"lop3.b32 {out}, y, 0x00F000F0, 0x64006400, 0xEA;",
+                f"fma.rn.f16x2 {out}, {out}, k1, k2;",
+            ]
+        return [f"lop3.b32 {out}, x, 0x000F000F, 0x64006400, 0xEA;", f"sub.rn.f16x2 {out}, {out}, k0;"]
+
     return "\n".join(
         [
             "{",
-            ".reg .b32 x, a0, a1, a2, a3, k0, k1, k2;",
-            f"mov.b32 k0, {_V_BIAS:#x};",
+            ".reg .b32 x, y, a0, a1, a2, a3, k1, k2;" if symmetric else ".reg .b32 x, a0, a1, a2, a3, k0, k1, k2;",
+            *([] if symmetric else [f"mov.b32 k0, {_V_BIAS:#x};"]),
             f"mov.b32 k1, {_V_SIXTEENTH:#x};",
-            f"mov.b32 k2, {_V_HI_BIAS:#x};",
+            f"mov.b32 k2, {_V_SYM_BIAS if symmetric else _V_HI_BIAS:#x};",
             f"prmt.b32 x, ${n}, ${n + 1}, ${n + 4};",
-            "lop3.b32 a0, x, 0x000F000F, 0x64006400, 0xEA;",
-            "sub.rn.f16x2 a0, a0, k0;",
+            *low("a0"),
             "lop3.b32 a1, x, 0x00F000F0, 0x64006400, 0xEA;",
             "fma.rn.f16x2 a1, a1, k1, k2;",
             f"prmt.b32 x, ${n + 2}, ${n + 3}, ${n + 4};",
-            "lop3.b32 a2, x, 0x000F000F, 0x64006400, 0xEA;",
-            "sub.rn.f16x2 a2, a2, k0;",
+            *low("a2"),
             "lop3.b32 a3, x, 0x00F000F0, 0x64006400, 0xEA;",
             "fma.rn.f16x2 a3, a3, k1, k2;",
             *mmas,

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# For the next session with an H200 (not run yet), from the repository root with .ab carried
+# (wheels and tests of the working tree, as in runs/2026-12-04-token-rows-formats): the GPU
+# tests of the symmetric values and of both token-rows knobs that have never run on a GPU,
+# then their A/B against the table and 4bit_nc / k3v4_nc in one run.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+mkdir -p /tmp/site-new
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-new .ab/new.whl/*.whl
+export PYTHONPATH=/tmp/site-new TQ_TUNING_DIR=/tmp/no-user-tables
+HERE=$PWD/docs/perf/runs/2026-12-04-symmetric-values
+date -u
+echo "== GPU tests: tq_k4v4 (store, every attention kernel), int_values, selector_pairs"
+( cd .ab/src/packages/tq-triton && TQ_TEST_DEVICE=cuda timeout 300 python3 -m pytest tests/test_calibrated.py \
+    tests/test_store.py tests/test_gluon_kernel.py tests/test_token_rows_kernel.py \
+    -k "tq_k4v4 or int_values or selector_pairs or calibrated" -q -rf --tb=short -p no:cacheprovider -n 16 -W ignore \
+    >"$OUT/gpu-tests.log" 2>&1; echo "rc=$?"; grep -E "FAILED|passed|failed" "$OUT/gpu-tests.log" | cut -c1-250 | tail -15 )
+date -u
+echo "== A/B: decode-32k and q_len 2 (token rows), int_values and selector_pairs against the table"
+( cd "$OUT" && timeout 240 python3 "$HERE/time_tr.py" decode-32k,verify-32k-q2 tq_k4v4,turboquant_4bit_nc \
+    32:0:64:0:0:0 32:0:64:0:0:1 16:0:64:0:0:1 64:0:64:0:0:1 32:16:0:0:0:1 16:0:64:1:0:0 )
+( cd "$OUT" && mv time_tr.json time_tr_k4v4.json && timeout 240 python3 "$HERE/time_tr.py" decode-32k,verify-32k-q2,verify-32k-q4 \
+    turboquant_k3v4_nc,turboquant_3bit_nc 64:0:32:1:0 64:0:32:1:1 16:0:64:1:1 32:16:0:1:1 )
+date -u
