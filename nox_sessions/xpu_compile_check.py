@@ -200,7 +200,8 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
     the xpu path does not use by default (``KEY_LUT`` and ``VALUE_LUT`` 2, the register
     tables' integer emulation, for 3- and 4-bit codebook keys and calibrated values;
     ``BALANCE``, ``split_budget``'s split sizes, and ``SKIP_EMPTY``, ``skip_empty``, where
-    the launch has kv splits), and the merge kernel with ``SKIP_EMPTY``."""
+    the launch has kv splits; tq_k4v4's symmetric values from their bits, ``INT_VALUES``), and
+    the merge kernel with ``SKIP_EMPTY``."""
     import torch
 
     import tq_core
@@ -269,6 +270,8 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
                             kcx = dict(cx, KEY_LUT=lut, VALUE_LUT=vlut, BALANCE=splits > 1, SKIP_EMPTY=splits > 1)
                             ktypes = dict(types, Centroids="*i32") if lut else types
                             variants.append((" knobs", kcx, dict(ktypes, VCentroids="*i32") if vlut else ktypes))
+                            if p.value_kind == "symmetric":
+                                variants.append((" int_values", dict(cx, INT_VALUES=True), types))
                         for suffix, vcx, vtypes in variants:
                             yield Job.of(
                                 "attention",

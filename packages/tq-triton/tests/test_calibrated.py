@@ -62,6 +62,18 @@ def test_attention_matches_reference(preset, head_dim, group, gen, device):
     assert_close(*run_triton(b))
 
 
+@pytest.mark.parametrize(("head_dim", "group", "splits"), [(64, 2, 1), (128, 4, 7), (256, 1, 3)])
+def test_int_values_match_reference(head_dim, group, splits, gen, device, monkeypatch):
+    """``int_values`` 1 (``TQ_INT_VALUES``): the portable kernel decodes tq_k4v4's symmetric
+    values from their codes' bits instead of the value table, with the same results."""
+    monkeypatch.setenv("TQ_GLUON", "0")
+    monkeypatch.setenv("TQ_INT_VALUES", "1")
+    b = make_batch(
+        gen, "tq_k4v4", [1, 17, 70, 129], [1, 1, 8, 5], head_dim=head_dim, num_kv_heads=2, group=group, device=device
+    )
+    assert_close(*run_triton(b, splits=splits))
+
+
 @pytest.mark.parametrize("preset", NAMES)
 @pytest.mark.parametrize("splits", [1, 7])
 def test_attention_splits_and_edges(preset, splits, gen, device):

@@ -87,6 +87,9 @@ COMPILED = [
     ("tq_k4v4", 1, 16, 32, 256, 1),
     ("tq_k4v4", 4, 16, 32, 64, 1, 1, 1),
     ("tq_k4v4", 1, 64, 32, 256, 1, 0, 1),
+    # tq_k4v4's symmetric values from their bits (int_values)
+    ("tq_k4v4", 4, 8, 64, 128, 16, 0, 0, 0, 1),
+    ("tq_k4v4", 1, 64, 32, 256, 1, 0, 1, 0, 1),
 ]
 
 
@@ -98,7 +101,7 @@ def _compiled_cover() -> list[tuple]:
         return COMPILED
 
     def values(c: tuple) -> set:
-        flags = (*c[6:], 0, 0, 0)[:3]
+        flags = (*c[6:], 0, 0, 0, 0)[:4]
         return {("preset", c[0]), ("d", c[4]), ("rows", c[1] * c[2]), ("splits", c[5] > 1), ("form", flags)}
 
     return [COMPILED[i] for i in sorted(cover([values(c) for c in COMPILED]))]
@@ -125,6 +128,10 @@ def test_compiles_for_sm90():
             # words are read once, before the loops (no centroid gathered inside them)
             assert found["prmt"], config
             assert found["loops"] and found["table_loads"] == 4 and not found["table_loads_in_loops"], config
+        # a calibrated format's value table: four words, none with int_values (decoded from bits)
+        int_values = len(config) > 9 and config[9]
+        calibrated = tq_core.get_preset(config[0]).calibrated
+        assert found["value_table_loads"] == (4 if calibrated and not int_values else 0), config
         assert found["v4_shared_stores"], config  # the decoded tiles reach shared memory 16 bytes at a time
         assert found["global_loads"] and found["global_stores"], config
 

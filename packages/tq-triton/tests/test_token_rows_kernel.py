@@ -151,12 +151,12 @@ def test_the_plan_picks_it_only_where_it_applies():
     assert _plan(selector_pairs=1).constexprs["SELECTOR_PAIRS"] is True
     assert _plan(selector_pairs=0).constexprs["SELECTOR_PAIRS"] is False
     assert "SELECTOR_PAIRS" not in _plan(token_rows=0, selector_pairs=1).constexprs
-    # int_values reaches the token-rows kernel for symmetric values only (tq_k4v4)
+    # int_values is set for symmetric values only (tq_k4v4), for this kernel and the portable one
     assert _plan(preset="tq_k4v4", int_values=1).constexprs["INT_VALUES"] is True
     assert _plan(preset="tq_k4v4", int_values=0).constexprs["INT_VALUES"] is False
     assert _plan(preset="tq_k4v3", int_values=1).constexprs["INT_VALUES"] is False
     assert _plan(int_values=1).constexprs["INT_VALUES"] is False
-    assert "INT_VALUES" not in _plan(preset="tq_k4v4", token_rows=0, int_values=1).constexprs
+    assert _plan(preset="tq_k4v4", token_rows=0, int_values=1).constexprs["INT_VALUES"] is True
     refusals = {
         "tq_k6v5: the token-rows kernel decodes": dict(preset="tq_k6v5"),
         "q_len 8 times 4 q heads": dict(longest=8),

@@ -2,7 +2,7 @@
 test_gluon_kernel.py, run in its own process without TRITON_INTERPRET).
 
 Usage: ``python tqt_gluon_compile.py
-PRESET,GROUP,BLOCK_Q,BLOCK_KV,HEAD_DIM,SPLITS[,BALANCE[,WGMMA[,SKIP]]] ...``;
+PRESET,GROUP,BLOCK_Q,BLOCK_KV,HEAD_DIM,SPLITS[,BALANCE[,WGMMA[,SKIP[,INT]]]] ...``;
 prints one JSON list, an object of checks per configuration."""
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from tq_triton.attention.gluon_launch import compile_gluon
 # the kernel parameter that holds the centroid table (the constexprs, which have no PTX
 # parameter, all come after it)
 TABLE_PARAM = list(inspect.signature(gluon_attention_kernel.fn).parameters).index("Centroids")
+# the calibrated formats' value table
+VALUE_TABLE_PARAM = list(inspect.signature(gluon_attention_kernel.fn).parameters).index("VCentroids")
 
 
 def _in_loop(lines: list[str]) -> list[bool]:
@@ -36,11 +38,11 @@ def _in_loop(lines: list[str]) -> list[bool]:
     return out
 
 
-def table_loads(ptx: str) -> tuple[int, int]:
-    """The global loads that read through the centroid table's pointer (or a pointer derived
-    from it), and how many of them lie inside a loop."""
+def table_loads(ptx: str, index: int = TABLE_PARAM) -> tuple[int, int]:
+    """The global loads that read through the pointer of parameter ``index`` (by default the
+    centroid table's, or a pointer derived from it), and how many of them lie inside a loop."""
     lines = ptx.splitlines()
-    param = re.compile(rf"ld\.param\.b64\s+(%rd\d+), \[\w+_param_{TABLE_PARAM}\];")
+    param = re.compile(rf"ld\.param\.b64\s+(%rd\d+), \[\w+_param_{index}\];")
     derived = {m[1] for line in lines if (m := param.search(line))}
     grew = True
     while grew:  # 64-bit registers computed from a derived one, to a fixed point
@@ -67,6 +69,7 @@ def checks(ptx: str) -> dict[str, bool | int]:
         "loops": ptx.count("Loop Header"),
         "table_loads": loads,
         "table_loads_in_loops": in_loop,
+        "value_table_loads": table_loads(ptx, VALUE_TABLE_PARAM)[0],
     }
 
 
@@ -75,9 +78,18 @@ if __name__ == "__main__":
     for arg in sys.argv[1:]:
         preset, *rest = arg.split(",")
         group, block_q, block_kv, head_dim, splits, *extra = (int(x) for x in rest)
-        balance, wgmma, skip = (bool(x) for x in [*extra, 0, 0, 0][:3])
+        balance, wgmma, skip, int_values = (bool(x) for x in [*extra, 0, 0, 0, 0][:4])
         kernel = compile_gluon(
-            preset, group, block_q, block_kv, head_dim, splits, balance=balance, wgmma=wgmma, skip_empty=skip
+            preset,
+            group,
+            block_q,
+            block_kv,
+            head_dim,
+            splits,
+            balance=balance,
+            wgmma=wgmma,
+            skip_empty=skip,
+            int_values=int_values,
         )
         out.append(checks(kernel.asm["ptx"]))
     print(json.dumps(out))

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # For the next session with an H200 (not run yet), from the repository root with .ab carried
 # (wheels and tests of the working tree, as in runs/2026-12-04-token-rows-formats): the GPU
-# tests of the symmetric values and of both token-rows knobs that have never run on a GPU,
-# then their A/B against the table and 4bit_nc / k3v4_nc in one run.
+# tests of the symmetric values and of int_values and selector_pairs, which have never run on
+# a GPU; the bench rows of tq_k4v4 with int_values off and on (every kernel the table picks);
+# then token-rows configurations against the table and 4bit_nc / k3v4_nc in one run.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 mkdir -p /tmp/site-new
@@ -15,6 +16,12 @@ echo "== GPU tests: tq_k4v4 (store, every attention kernel), int_values, selecto
     tests/test_store.py tests/test_gluon_kernel.py tests/test_token_rows_kernel.py \
     -k "tq_k4v4 or int_values or selector_pairs or calibrated" -q -rf --tb=short -p no:cacheprovider -n 16 -W ignore \
     >"$OUT/gpu-tests.log" 2>&1; echo "rc=$?"; grep -E "FAILED|passed|failed" "$OUT/gpu-tests.log" | cut -c1-250 | tail -15 )
+date -u
+echo "== the bench rows of tq_k4v4 (every kernel) with int_values 0 and 1, beside 4bit_nc and bf16, the store included"
+for iv in 0 1; do
+  TQ_INT_VALUES=$iv PYTHONUNBUFFERED=1 timeout 200 python3 -W ignore -m tq_core.cli bench --presets tq_k4v4,turboquant_4bit_nc --no-baselines \
+      --json "$OUT/bench-int$iv.json" > "$OUT/bench-int$iv.log" 2>&1; echo "rc=$?"; grep -E "tq_k4v4|4bit_nc|bf16" "$OUT/bench-int$iv.log" | head -30
+done
 date -u
 echo "== A/B: decode-32k and q_len 2 (token rows), int_values and selector_pairs against the table"
 ( cd "$OUT" && timeout 240 python3 "$HERE/time_tr.py" decode-32k,verify-32k-q2 tq_k4v4,turboquant_4bit_nc \

@@ -107,11 +107,13 @@ class AttentionConfig:
     # over 24 bits), 0 one group at a time. Statically 1.5-1.7 fewer instructions per token
     # (docs/perf/runs/2026-12-04-token-rows-formats); not yet run on a GPU, so no table sets it
     selector_pairs: int = 0
-    # the token-rows kernel's symmetric values (tq_k4v4): 1 decodes each code as code - 7.5
-    # from its bits (the fp16 bit trick of vLLM's 4-bit values, one shift more per fp16 pair
-    # of low nibbles), 0 looks it up in the register table like Lloyd-Max values. Statically
-    # about 9 fewer instructions per token (docs/perf/runs/2026-12-04-symmetric-values); not
-    # yet run on a GPU, so no table sets it
+    # tq_k4v4's symmetric values in every attention kernel: 1 decodes each code as code - 7.5
+    # from its bits (the fp16 bit trick of vLLM's 4-bit values: the token-rows and Gluon
+    # kernels move each code to bits 4-7 of its fp16 half first, the portable kernel adds 0.5
+    # to code - 8), 0 looks it up in the value table like Lloyd-Max values. Statically the
+    # token-rows kernel's decode loop 41.0 -> 32.8 instructions per token, the Gluon kernel's
+    # tile loops 6-13% shorter (docs/perf/runs/2026-12-04-symmetric-values); not yet run on
+    # a GPU, so no table sets it
     int_values: int = 0
 
 

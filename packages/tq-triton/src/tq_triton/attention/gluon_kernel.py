@@ -46,7 +46,7 @@ from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 
 from ..key_lut import LUT16_PAIRS_PTX, LUT_PAIRS_PTX, magnitude_selectors_fn, selectors_fn
-from ..value_words import value_columns_fn
+from ..value_words import SYMMETRIC_PAIRS_PTX, value_columns_fn
 from .bounds import balanced_chunk_fn, request_bounds_fn
 from .online_softmax import (
     nonfinite_rows_fn,
@@ -201,6 +201,27 @@ def _lut16_keys(w, la, lb, ha, hb):
     # [..., 2, 2, 2]: code 4 h + 2 i + j of a word at [h, i, j]
     k = _halves(gl.join(a, b)).to(gl.float16, bitcast=True)
     return k, gl.sum(sq, axis=3)
+
+
+# a jit function reads no other globals than constexprs
+_SYMMETRIC_PAIRS = gl.constexpr(SYMMETRIC_PAIRS_PTX)
+
+
+@gluon.jit
+def _symmetric_values(w):
+    """fp16 ``code - 7.5`` ``[NB, TPB, W, 2, 2, 2]`` of tq_k4v4's symmetric 4-bit codes (words
+    ``[NB, TPB, W]``, uint32, 8 codes each, low nibble first), in :func:`_lut16_keys`' order
+    (code ``4 h + 2 i + j`` of a word at ``[h, i, j]``): ``value_words.SYMMETRIC_PAIRS_PTX``,
+    four codes per step, no table."""
+    a, b = gl.inline_asm_elementwise(
+        _SYMMETRIC_PAIRS,
+        "=r,=r,r",
+        [gl.join(w, w >> 16)],
+        dtype=(gl.uint32, gl.uint32),
+        is_pure=True,
+        pack=1,
+    )
+    return _halves(gl.join(a, b)).to(gl.float16, bitcast=True)
 
 
 @gluon.jit
@@ -378,6 +399,7 @@ def _decode_into(
     VBITS: gl.constexpr,
     NORM_CORRECTION: gl.constexpr,
     CALIBRATED: gl.constexpr,
+    INT_VALUES: gl.constexpr = False,
 ):
     """Decode a loaded tile (:func:`_load_tile`'s tuple) into the shared buffers ``bufs``
     ``(keys, values, value scales, zero points, key norms)``: fp8 -> fp16 keys, or 3- or
@@ -391,7 +413,9 @@ def _decode_into(
     (``vlut``: the value codebook's register table) into head_dim order, and the value
     scales buffer (float32) takes each value's scale (stored as its norm over its
     centroids' norm, ``Preset.folds_norm``; divided here only with ``NORM_CORRECTION``);
-    the zero points buffer is not written."""
+    the zero points buffer is not written. ``INT_VALUES``: tq_k4v4's symmetric values as
+    ``code - 7.5`` from their bits (:func:`_symmetric_values`), their scales times 1/8 (the
+    table's ``(2 code - 15) / 16``), no lookup."""
     kb, kb1, kb2, kn, vw, vw1, vw2, vs, vz = tile
     k_buf, v_buf, sc_buf, zr_buf, kn_buf = bufs
     if KEY_FP8:
@@ -406,12 +430,16 @@ def _decode_into(
         # the key tile leaves the registers before the values are looked up: both tables'
         # results live at once would spill
         k_buf.store(k16)
-        v16, vcn2 = _lookup_tile(vw, vw1, vw2, vlut, BLOCK_KV, D, S2, VBITS)
-        # each value's scale; the sums of squares the lookup returns are dead code unless the
-        # decoder corrects the norm (ptxas removes them)
-        vscale = vs.to(gl.float32)
-        if NORM_CORRECTION:
-            vscale = gl.where(vcn2 > 0, vscale * gl.rsqrt(vcn2), 0.0)
+        if INT_VALUES:
+            v16 = gl.reshape(_symmetric_values(vw.to(gl.uint32, bitcast=True)), [BLOCK_KV, D])
+            vscale = vs.to(gl.float32) * 0.125
+        else:
+            v16, vcn2 = _lookup_tile(vw, vw1, vw2, vlut, BLOCK_KV, D, S2, VBITS)
+            # each value's scale; the sums of squares the lookup returns are dead code unless
+            # the decoder corrects the norm (ptxas removes them)
+            vscale = vs.to(gl.float32)
+            if NORM_CORRECTION:
+                vscale = gl.where(vcn2 > 0, vscale * gl.rsqrt(vcn2), 0.0)
         v_buf.store(v16)
         sc_buf.store(gl.reshape(vscale, [BLOCK_KV]))
     else:
@@ -486,6 +514,7 @@ def gluon_attention_kernel(
     WGMMA: gl.constexpr = False,
     SKIP_EMPTY: gl.constexpr = False,
     CALIBRATED: gl.constexpr = False,
+    INT_VALUES: gl.constexpr = False,
 ):
     """``WARPS``: the launch's warps, ``BLOCK_Q * G_PAD / 16`` (one per 16 query rows), at
     most 4. Keys fp8 or 3- or 4-bit codebook codes (``KBITS``; ``Centroids`` is then
@@ -494,7 +523,9 @@ def gluon_attention_kernel(
     ``plan.gluon_refusal``). ``CALIBRATED`` (tq's calibrated formats with 4-bit keys and 3-
     or 4-bit values): the calibration pointers and ``VCentroids`` (the value codebook's
     register table) are read as ``kernel.attention_kernel`` reads them; otherwise they are
-    not read. The other constexprs are ``kernel.attention_kernel``'s."""
+    not read. ``INT_VALUES`` (tq_k4v4, ``AttentionConfig.int_values``): its symmetric values
+    from their codes' bits, ``VCentroids`` not read. The other constexprs are
+    ``kernel.attention_kernel``'s."""
     BLOCK_M: gl.constexpr = BLOCK_Q * G_PAD
     gl.static_assert(not WGMMA or BLOCK_M == 64, "WGMMA: 64 rows")
     # positions per group: consecutive positions of one cache block
@@ -570,7 +601,7 @@ def gluon_attention_kernel(
         # the value scales in float32, as the portable kernel reads them; no zero points
         sc_s = gl.allocate_shared_memory(gl.float32, [BLOCK_KV], SMEM1)
         zr_s = sc_s
-        vlut = register_table(VCentroids)
+        vlut = (0, 0, 0, 0) if INT_VALUES else register_table(VCentroids)
     else:
         sc_s = gl.allocate_shared_memory(gl.float16, [BLOCK_KV], SMEM1)
         zr_s = gl.allocate_shared_memory(gl.float16, [BLOCK_KV], SMEM1)
@@ -727,7 +758,19 @@ def gluon_attention_kernel(
                 blk = load_blocks(start + 2 * BLOCK_KV, where, BL, NB, TPB, BLOCK_SIZE)
                 _barrier()  # every warp has read the previous tile
                 _decode_into(
-                    current, bufs, lut, vlut, BLOCK_KV, D, S2, KEY_FP8, KBITS, VBITS, NORM_CORRECTION, CALIBRATED
+                    current,
+                    bufs,
+                    lut,
+                    vlut,
+                    BLOCK_KV,
+                    D,
+                    S2,
+                    KEY_FP8,
+                    KBITS,
+                    VBITS,
+                    NORM_CORRECTION,
+                    CALIBRATED,
+                    INT_VALUES,
                 )
                 if WGMMA:
                     # the decoded tiles (and the query) were written by ordinary stores; the

@@ -136,6 +136,7 @@ def compile_gluon(
     balance: bool = False,
     wgmma: bool = False,
     skip_empty: bool = False,
+    int_values: bool = False,
 ) -> Any:
     """The kernel compiled without a GPU for an NVIDIA target ``sm`` (default 90: H100/H200), as
     the launcher specialises it (group a power of two; 2 kv heads, 16-token blocks) and
@@ -143,7 +144,8 @@ def compile_gluon(
     a register cap per thread, as ``max_registers`` passes it (0: none); ``balance``: kv
     splits sized from the batch's lengths (``BALANCE``, ``AttentionConfig.split_budget``);
     ``wgmma``: Hopper's warpgroup products (``WGMMA``; 64 rows); ``skip_empty``: empty kv
-    splits skipped (``SKIP_EMPTY``, ``AttentionConfig.skip_empty``). Not under
+    splits skipped (``SKIP_EMPTY``, ``AttentionConfig.skip_empty``); ``int_values``: tq_k4v4's
+    values from their codes' bits (``INT_VALUES``, ``AttentionConfig.int_values``). Not under
     ``TRITON_INTERPRET=1``, where Gluon functions cannot compile."""
     from .gluon_kernel import gluon_attention_kernel
 
@@ -164,6 +166,7 @@ def compile_gluon(
         BALANCE=balance,
         WGMMA=wgmma,
         SKIP_EMPTY=skip_empty,
+        INT_VALUES=int_values,
     )
     return _compile(gluon_attention_kernel, consts, warps, sm, maxnreg)
 

@@ -92,6 +92,7 @@ def attention_kernel(
     SKIP_EMPTY: tl.constexpr = False,
     CALIBRATED: tl.constexpr = False,
     VALUE_LUT: tl.constexpr = 0,
+    INT_VALUES: tl.constexpr = False,
 ):
     """``PREFETCH``: issue each tile's loads one iteration ahead of its decoding (and its
     block ids two ahead), by hand; the loop then carries no ``num_stages`` of its own
@@ -99,8 +100,9 @@ def attention_kernel(
     and Triton's pipeliner stages the loads over ``LOOP_STAGES`` stages.
     ``SATURATE_QUERY``: clamp the scaled query to ±65504 before its round-toward-zero
     fp16 cast; False where that cast saturates by itself (see ``device.DeviceFacts.cast_saturates``).
-    ``KEY_LUT``, ``VALUE_LUT``: see ``tile.attend_tile`` (``Centroids``, ``VCentroids``
-    are then register tables).
+    ``KEY_LUT``, ``VALUE_LUT``, ``INT_VALUES``: see ``tile.attend_tile`` (``Centroids``,
+    ``VCentroids`` are then register tables; ``INT_VALUES``: tq_k4v4's symmetric values from
+    their codes' bits, ``VCentroids`` not read).
     ``BALANCE``: the kv splits are
     sized from the batch's lengths for about ``split_programs`` programs
     (``bounds.balanced_chunk``); otherwise each request's sequence is divided evenly.
@@ -263,6 +265,7 @@ def attention_kernel(
                     KEY_LUT=KEY_LUT,
                     CALIBRATED=CALIBRATED,
                     VALUE_LUT=VALUE_LUT,
+                    INT_VALUES=INT_VALUES,
                 )
 
             a, b = output_factors(l_i, r_i, f_i, q_bad)

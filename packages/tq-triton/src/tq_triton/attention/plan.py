@@ -255,6 +255,7 @@ def kernel_constexprs(
         KEY_LUT=key_lut,
         CALIBRATED=preset.calibrated,
         VALUE_LUT=value_lut,
+        INT_VALUES=bool(cfg.int_values) and preset.value_kind == "symmetric",
     )
 
 
@@ -339,7 +340,6 @@ def plan_attention(
         # the token-rows kernel's own compile-time argument (the other kernels have none)
         constexprs["NORM_MMA"] = bool(cfg.norm_mma)
         constexprs["SELECTOR_PAIRS"] = bool(cfg.selector_pairs)
-        constexprs["INT_VALUES"] = bool(cfg.int_values) and preset.value_kind == "symmetric"
     options = launch_options_for(facts.name, facts.type)
     if cfg.max_registers and facts.nvidia:
         options["maxnreg"] = cfg.max_registers

@@ -114,6 +114,7 @@ def attend_tile(
     KEY_LUT: tl.constexpr = 0,
     CALIBRATED: tl.constexpr = False,
     VALUE_LUT: tl.constexpr = 0,
+    INT_VALUES: tl.constexpr = False,
 ):
     """Decode one loaded tile (:func:`load_tile`'s tuple) and fold it into the online
     softmax state ``(m_i, l_i, acc, r_i, f_i)``, which it returns updated, by
@@ -129,7 +130,10 @@ def attend_tile(
     are Lloyd-Max vectors decoded from ``VCentroids`` (the fp16 codebook of ``VBITS``
     bits) in the rotated domain, with their scales (stored norm-corrected,
     ``Preset.folds_norm``) folded into the probabilities, and ``r`` sums the probability
-    of position 0 instead of value offsets. Otherwise ``VCentroids`` and ``first_bias`` are not read."""
+    of position 0 instead of value offsets. ``INT_VALUES`` (``AttentionConfig.int_values``,
+    tq_k4v4's symmetric values): each code decodes to ``code - 7.5`` from its bits, as uniform
+    values do, and its scale is multiplied by 1/8 (the table's ``(2 code - 15) / 16``);
+    ``VCentroids`` is not read. Otherwise ``VCentroids`` and ``first_bias`` are not read."""
     ckw, ckn, cvw, cvs, cvz = tile
     pos = start + tl.arange(0, BLOCK_KV)
     if KEY_FP8:
@@ -153,7 +157,13 @@ def attend_tile(
 
     visible = row_ok[:, None] & (pos[None, :] < hi) & (pos[None, :] <= row_pos[:, None])
     s = tl.where(visible, s, float("-inf"))
-    if CALIBRATED:
+    if CALIBRATED and INT_VALUES:
+        # symmetric values (tq_k4v4): the table's (2 code - 15) / 16 is (code - 7.5) / 8; code
+        # - 8 as for uniform values, then + 0.5, both exact in fp16, the 1/8 in the scale
+        vc = unpack(cvw, VBITS, BLOCK_KV, D)
+        v16 = ((vc | 0x6400).to(tl.uint16).to(tl.float16, bitcast=True) - 1032.0) + 0.5
+        vscale = cvs.to(tl.float32) * 0.125
+    elif CALIBRATED:
         v16, vcn2 = codebook_tile(cvw, VCentroids, VBITS, BLOCK_KV, D, VALUE_LUT)
         if q16.shape[0] >= 64:
             # pins the value tile's layout, as for the keys above (Triton 3.6, 64 query rows)

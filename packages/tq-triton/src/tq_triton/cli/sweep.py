@@ -60,7 +60,7 @@ KNOB_OPTIONS = (
     ("--token-rows", "token_rows", (0, 1), "with --gluon 1: the token-rows kernel where it applies"),
     ("--norm-mma", "norm_mma", (0, 1), "with --token-rows 1: codebook keys' norms summed on the matrix unit"),
     ("--selector-pairs", "selector_pairs", (0, 1), "with --token-rows 1: 3-bit keys' selectors two groups at once"),
-    ("--int-values", "int_values", (0, 1), "with --token-rows 1: tq_k4v4's values from their codes' bits"),
+    ("--int-values", "int_values", (0, 1), "tq_k4v4's values from their codes' bits, not the value table"),
 )
 KNOBS = tuple(field for _, field, _, _ in KNOB_OPTIONS)
 
