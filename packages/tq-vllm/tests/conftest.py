@@ -8,7 +8,7 @@ machines need no vLLM for the planner and ops tests).
 ``TQ_TEST_QUICK=1`` (the ``tests-vllm`` nox session; ``tests-vllm-full`` runs everything):
 of the end-to-end tests (test_e2e_vllm.py, one vLLM engine run of about a minute per
 configuration) only :data:`QUICK_E2E` for :data:`QUICK_E2E_PRESET` (two engine runs, plain
-and ngram speculative decoding) and :data:`QUICK_E2E_ALWAYS` (tq_k4v3, two more) run; of
+and ngram speculative decoding) and :data:`QUICK_E2E_ALWAYS` (tq_k4v3 only, two more) run; of
 the other parametrised tests, per test function, a cover of its cases: each value of each
 ``parametrize`` (a row, where one ``parametrize`` names several arguments) and of each
 parametrised fixture in at least one kept case, not their product. The rest are
@@ -53,15 +53,16 @@ E2E_MODULE = "test_e2e_vllm.py"
 # disable switch run in tests-vllm-full
 QUICK_E2E = ("test_speculative_decoding_is_lossless", "test_backend_really_ran")
 QUICK_E2E_PRESET = "turboquant_k3v4_nc"
-# and tq's calibrated format through vLLM's additional config (two engine runs)
+# and tq's calibrated format through vLLM's additional config (two engine runs, tq_k4v3)
 QUICK_E2E_ALWAYS = ("test_calibrated_format_through_additional_config",)
+QUICK_E2E_FORMAT = "tq_k4v3"
 
 
 def _quick_e2e(item: pytest.Item) -> bool:
     name = getattr(item, "originalname", item.name)
-    if name in QUICK_E2E_ALWAYS:
-        return True
     params = getattr(item, "callspec", None)
+    if name in QUICK_E2E_ALWAYS:
+        return params is None or params.params.get("fmt", QUICK_E2E_FORMAT) == QUICK_E2E_FORMAT
     preset = params.params.get("preset") if params is not None else None
     return name in QUICK_E2E and preset == QUICK_E2E_PRESET
 

@@ -238,24 +238,26 @@ def calibration_file(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(path)
 
 
-def test_calibrated_format_through_additional_config(model, calibration_file):
+@pytest.mark.parametrize(("fmt", "slot"), [("tq_k4v3", 60), ("tq_k4v4", 68)])
+def test_calibrated_format_through_additional_config(model, calibration_file, fmt, slot):
     """`--kv-cache-dtype turboquant_k3v4_nc --additional-config '{"tq_format": "tq_k4v3",
-    "tq_calibration": FILE}'`: vLLM allocates tq_k4v3's 60-byte slots, every stored token
-    reads back within the code's error when decoded with the position vLLM's metadata gives
-    it, decode and verify rows match the float64 reference over the calibrated cache, and
-    n-gram speculation stays lossless."""
+    "tq_calibration": FILE}'` (and tq_k4v4 on turboquant_4bit_nc, its symmetric values):
+    vLLM allocates the format's slots (60 or 68 bytes), every stored token reads back within
+    the code's error when decoded with the position vLLM's metadata gives it, decode and
+    verify rows match the float64 reference over the calibrated cache, and n-gram
+    speculation stays lossless."""
     from tq_core import get_preset
     from tq_vllm.calibrated import CARRIER
 
-    cfg = {"tq_format": "tq_k4v3", "tq_calibration": calibration_file}
-    plain = run_vllm(model, CARRIER["tq_k4v3"], additional_config=cfg)
-    spec = run_vllm(model, CARRIER["tq_k4v3"], spec=True, additional_config=cfg)
+    cfg = {"tq_format": fmt, "tq_calibration": calibration_file}
+    plain = run_vllm(model, CARRIER[fmt], additional_config=cfg)
+    spec = run_vllm(model, CARRIER[fmt], spec=True, additional_config=cfg)
     for r in (plain, spec):
         check_generated(r)
         check_attention(r, "decode")
         sc = r["store_check"]
         print(f"store check {sc}")
-        assert sc["slot_bytes"] == [get_preset("tq_k4v3").layout(64).slot_size_aligned] == [60]
+        assert sc["slot_bytes"] == [get_preset(fmt).layout(64).slot_size_aligned] == [slot]
         assert sc["tokens"] >= sum(len(p) for p in PROMPTS) - 64
         # relative code error of one token: about 0.1 at 4 bits (keys), 0.19 at 3 (values)
         assert sc["max_err"]["key"] < 0.35 and sc["max_err"]["value"] < 0.6
