@@ -772,6 +772,8 @@ def token_rows_attention_kernel(
     QK3_HI2: gl.constexpr = (
         (_QK3_HI2_NP if SELECTOR_PAIRS else _QK3_HI2_N) if NORM_MMA else (_QK3_HI2_P if SELECTOR_PAIRS else _QK3_HI2)
     )
+    # the 4-bit value step: uniform values, or tq_k4v4's symmetric ones (INT_VALUES)
+    PV4_STEP: gl.constexpr = (_PV4S if NCT == 1 else _PV4S_2) if INT_VALUES else (_PV4 if NCT == 1 else _PV4_2)
     MT: gl.constexpr = BLOCK_KV // 16
     # [8 (g), 4 (c), n]: lane 4 g + c, n in registers
     LT: gl.constexpr = gl.BlockedLayout([1, 1, MT], [8, 4, 1], [1, 1, 1], [2, 1, 0])
@@ -1109,22 +1111,7 @@ def token_rows_attention_kernel(
                         pc0 = gl.convert_layout(y0[t], gl.SliceLayout(2, LU), assert_trivial=True)
                         pc1 = gl.convert_layout(y1[t], gl.SliceLayout(2, LU), assert_trivial=True)
                         acc_2 = acc_b
-                    if INT_VALUES:
-                        wa0, wa1, wb0, wb1 = _value_words(v_lo, v_hi, lo_u)
-                        acc, acc_2 = _pv_step(
-                            acc,
-                            acc_2,
-                            (wa0, wa1, wb0, wb1, sel_u),
-                            sel_u * 0,
-                            pb0,
-                            pb1,
-                            pc0,
-                            pc1,
-                            _PV4S if NCT == 1 else _PV4S_2,
-                            _PV4_C if NCT == 1 else _PV4_2C,
-                            NCT,
-                        )
-                    elif CALIBRATED:
+                    if CALIBRATED and not INT_VALUES:
                         zu = sel_u * 0
                         wa0, wa1, wb0, wb1 = _value_words(v_lo, v_hi, lo_u)
                         vla, vlb, vha, vhb = vlut
@@ -1187,6 +1174,7 @@ def token_rows_attention_kernel(
                             NCT,
                         )
                     else:
+                        # uniform 4-bit values, or tq_k4v4's symmetric ones from their bits
                         wa0, wa1, wb0, wb1 = _value_words(v_lo, v_hi, lo_u)
                         acc, acc_2 = _pv_step(
                             acc,
@@ -1197,7 +1185,7 @@ def token_rows_attention_kernel(
                             pb1,
                             pc0,
                             pc1,
-                            _PV4 if NCT == 1 else _PV4_2,
+                            PV4_STEP,
                             _PV4_C if NCT == 1 else _PV4_2C,
                             NCT,
                         )
