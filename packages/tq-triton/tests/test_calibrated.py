@@ -121,6 +121,15 @@ def test_hostile_metadata_stays_inside_the_tensors(splits, gen, device):
     check_calibrated_hostile_batch(gen, "tq_k6v5", 64, 2, splits, device)
 
 
+@pytest.mark.parametrize("splits", [1, 3])
+def test_int_values_hostile_metadata_stays_inside_the_tensors(splits, gen, device, monkeypatch):
+    """The same hostile batch through the portable kernel with ``int_values`` (tq_k4v4's
+    symmetric values from their bits)."""
+    monkeypatch.setenv("TQ_GLUON", "0")
+    monkeypatch.setenv("TQ_INT_VALUES", "1")
+    check_calibrated_hostile_batch(gen, "tq_k4v4", 64, 2, splits, device)
+
+
 def test_store_skips_hostile_slots_and_positions(gen, device):
     """Slots past the cache and negative ones are skipped; positions are read only for the
     tokens stored (a huge position counts as any non-zero one)."""

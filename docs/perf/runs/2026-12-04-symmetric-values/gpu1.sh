@@ -17,6 +17,17 @@ echo "== GPU tests: tq_k4v4 (store, every attention kernel), int_values, selecto
     -k "tq_k4v4 or int_values or selector_pairs or calibrated" -q -rf --tb=short -p no:cacheprovider -n 16 -W ignore \
     >"$OUT/gpu-tests.log" 2>&1; echo "rc=$?"; grep -E "FAILED|passed|failed" "$OUT/gpu-tests.log" | cut -c1-250 | tail -15 )
 date -u
+echo "== compute-sanitizer memcheck: tq_k4v4's hostile-metadata tests with int_values, each kernel"
+# portable (the test sets TQ_GLUON=0 itself), Gluon, token rows (the tests set TQ_TOKEN_ROWS)
+for t in "tests/test_calibrated.py -k int_values_hostile" "tests/test_gluon_kernel.py -k calibrated_hostile and tq_k4v4" \
+    "tests/test_token_rows_kernel.py -k calibrated_hostile and tq_k4v4"; do
+  file=${t%% -k *}; sel=${t#* -k }
+  ( cd .ab/src/packages/tq-triton && TQ_INT_VALUES=1 TQ_TEST_DEVICE=cuda timeout 200 \
+      /usr/local/cuda/bin/compute-sanitizer --tool memcheck --print-limit 5 python3 -m pytest "$file" -k "$sel" \
+      -q -p no:cacheprovider -x -W ignore >"$OUT/memcheck.log" 2>&1
+    echo "memcheck $t: $(grep -E 'passed|failed' "$OUT/memcheck.log" | tail -1) $(grep 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)" )
+done
+date -u
 echo "== the bench rows of tq_k4v4 (every kernel) with int_values 0 and 1, beside 4bit_nc and bf16, the store included"
 for iv in 0 1; do
   TQ_INT_VALUES=$iv PYTHONUNBUFFERED=1 timeout 200 python3 -W ignore -m tq_core.cli bench --presets tq_k4v4,turboquant_4bit_nc --no-baselines \
