@@ -45,7 +45,7 @@ def test_presets_bytes_and_kinds():
     for name, (kb, vb, kind) in kinds.items():
         p = tq_core.get_preset(name)
         assert p.calibrated and p.value_kind == kind and p.key_bits == kb and p.value_bits == vb
-        assert p.value_has_table and not p.value_is_uniform
+        assert not p.value_is_uniform
         for d in (64, 128, 256, 512):
             lay = p.layout(d)
             assert lay.zero_offset is None

@@ -20,7 +20,7 @@ import tq_core
 from tq_triton.attention import token_rows_ptx as ptx
 from tq_triton.device_tensors import codebook
 from tq_triton.key_lut import lut_words
-from tq_triton.value_words import SYMMETRIC_PAIRS_PTX, nibbles_fn
+from tq_triton.value_words import nibbles_fn
 
 MASK = 0xFFFFFFFF
 
@@ -382,14 +382,14 @@ def test_transposed_probabilities_times_symmetric_values(nct):
 
 
 def test_symmetric_pairs_in_head_dim_order():
-    """``value_words.SYMMETRIC_PAIRS_PTX`` (the Gluon kernel's ``int_values``): the four codes
+    """``token_rows_ptx.SYMMETRIC_PAIRS_PTX`` (the Gluon kernel's ``int_values``): the four codes
     in bits 0-15 of each lane's word as fp16 ``8 * table[code]`` (``code - 7.5``), in order,
     whatever bits 16-31 hold."""
     gen = np.random.default_rng(7)
     words = [int(w) for w in gen.integers(0, 1 << 32, 28, dtype=np.uint64)]
     words += [0x0000, 0xFFFF, 0xFFFF0000, 0x8F0F7]  # every code 0, every code 15, codes above bit 15
     table = tq_core.value_codebook("tq_k4v4", 128)[0].double().numpy()
-    out = run_warp(SYMMETRIC_PAIRS_PTX, [{2: w} for w in words])
+    out = run_warp(ptx.SYMMETRIC_PAIRS_PTX, [{2: w} for w in words])
     for w, regs in zip(words, out, strict=True):
         got = np.concatenate([_f16x2(regs[0]), _f16x2(regs[1])]).astype(np.float64)
         codes = [(w >> (4 * k)) & 15 for k in range(4)]

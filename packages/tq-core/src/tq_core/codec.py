@@ -37,8 +37,8 @@ Non-finite inputs (one rule for every backend, docs/overview.md): a Lloyd-Max ke
 sum of squares is not finite in float32 (it holds a NaN or ±inf, or its norm overflows
 float32) and a value that holds a NaN or ±inf are stored as the zero vector (norm 0, or
 scale 0 and zero point 0; every code 0). A symmetric value follows the Lloyd-Max rule
-(its sum of squares); so does an all-zero one (scale 0, codes 0). An fp8 key is converted per element: NaN -> 0,
-±inf saturate to ±448 like every element beyond ±448. Finite fields saturate to their
+(its sum of squares); so does an all-zero one (scale 0, codes 0). An fp8 key is converted
+per element: NaN -> 0, ±inf saturate to ±448 like every element beyond ±448. Finite fields saturate to their
 format: the fp16 key norm, value scale and zero point at ±65504. The cache therefore only
 ever holds finite numbers, and such a token cannot reach other rows (0 * NaN in the
 probability-value product of matrix-unit kernels) or other requests sharing its block.
@@ -181,6 +181,20 @@ def lloyd_max_decode(
 ) -> torch.Tensor:
     """Inverse of :func:`lloyd_max_encode` in float32; ``rotated=True`` skips the final H."""
     cent, _ = _bits_codebook(bits, head_dim, codes.device)
+    return _table_decode(codes, norm, cent, bits, head_dim, norm_correction, rotated)
+
+
+def _table_decode(
+    codes: torch.Tensor,
+    norm: torch.Tensor,
+    cent: torch.Tensor,
+    bits: int,
+    head_dim: int,
+    norm_correction: bool,
+    rotated: bool = False,
+) -> torch.Tensor:
+    """``H (norm * table[code])`` in float32 (``cent`` the table; ``norm_correction``: the
+    table's vector scaled to unit length first): Lloyd-Max and symmetric codes alike."""
     c = cent[unpack_codes(codes, bits, head_dim)]
     if norm_correction:
         cn = torch.linalg.vector_norm(c, dim=-1, keepdim=True)
@@ -207,13 +221,6 @@ def symmetric_encode(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Te
     cell = torch.floor(y / torch.where(live, s, torch.ones_like(s)) * (n // 2)) + n // 2
     codes = torch.where(live, cell.clamp(0, n - 1), torch.zeros_like(cell)).to(torch.int64)
     return pack_codes(codes, bits), s16
-
-
-def symmetric_decode(codes: torch.Tensor, scale: torch.Tensor, bits: int, head_dim: int) -> torch.Tensor:
-    """Inverse of :func:`symmetric_encode` in float32: ``H (s * table[code])``."""
-    cent, _ = _symmetric_cpu(bits)
-    c = cent.to(codes.device)[unpack_codes(codes, bits, head_dim)]
-    return rotate(scale.float()[..., None] * c)
 
 
 def quantize_keys(key: torch.Tensor, preset: Preset) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -304,10 +311,10 @@ def decode_fields(
     if p.value_is_uniform:
         assert fields.value_zero is not None
         v = dequantize_values(fields.value_codes, fields.value_scale, fields.value_zero, p.value_bits, head_dim)
-    elif p.value_kind == "symmetric":
-        v = symmetric_decode(fields.value_codes, fields.value_scale, p.value_bits, head_dim)
     else:
-        v = lloyd_max_decode(fields.value_codes, fields.value_scale, p.value_bits, head_dim, p.norm_correction)
+        # Lloyd-Max and symmetric values: the scale field times the value table's entry
+        cent, _ = _value_table(p, head_dim, fields.value_codes.device)
+        v = _table_decode(fields.value_codes, fields.value_scale, cent, p.value_bits, head_dim, p.norm_correction)
     if p.calibrated and calibration is not None:
         if rotated:
             raise ValueError("rotated=True decodes the coded keys: pass no calibration")

@@ -49,7 +49,7 @@ class Preset:
     ``y`` on ``2**value_bits`` equal cells of ``[-s, s]``, one fp16 ``s`` per token, each
     coordinate decoded to its cell's centre: :func:`tq_core.codec.symmetric_encode`). Both
     of the last two decode as the stored number times a table entry picked by the code
-    (:attr:`value_has_table`). ``norm_correction``: the decoder
+    (``tq_core.value_codebook``). ``norm_correction``: the decoder
     rescales a Lloyd-Max row's centroid vector ``c`` to unit length (``||x|| * c / ||c||``).
     ``calibrated`` formats encode keys and values against per-layer statistics of the model
     (:class:`tq_core.Calibration`) and store ``||x|| / ||c||`` in the norm fields
@@ -118,12 +118,6 @@ class Preset:
     @property
     def value_is_uniform(self) -> bool:
         return self.value_kind == "uniform"
-
-    @property
-    def value_has_table(self) -> bool:
-        """Whether a value decodes as its fp16 scale field times a table entry its code picks
-        (Lloyd-Max and symmetric values: ``tq_core.value_codebook``), rotated back."""
-        return self.value_kind in ("lloyd_max", "symmetric")
 
     @property
     def folds_norm(self) -> bool:

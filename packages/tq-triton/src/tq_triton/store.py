@@ -525,9 +525,10 @@ def store(
     if p.calibrated:
         assert calibration is not None and args.positions is not None  # check_store_args requires them
         cal = (args.positions, args.positions.stride(0), *calibration.kernel_vectors())
-        vbounds, _, vcent = cached_value_codebook(p, d, key.device)
         if p.value_kind == "symmetric":
-            vbounds = vcent = dummy(key.device)  # computed, not searched
+            vbounds = vcent = dummy(key.device)  # the codes are computed: no table
+        else:
+            vbounds, _, vcent = cached_value_codebook(p, d, key.device)
     else:
         cal = (dummy(key.device), 0, *(dummy(key.device),) * 6)
         vbounds = vcent = dummy(key.device)

@@ -12,10 +12,6 @@ reads its partial outputs).
 
 The token-rows kernel looks calibrated formats' 3-bit Lloyd-Max value codes up by nibble:
 :func:`nibbles_fn` spreads 8 codes (24 stream bits) to the 8 nibbles of a word.
-
-tq_k4v4's symmetric value codes decode in head_dim order instead (the order of the value
-table's lookups, which the calibrated formats' output rotation expects):
-:data:`SYMMETRIC_PAIRS_PTX`.
 """
 
 from __future__ import annotations
@@ -44,24 +40,3 @@ def nibbles_fn(x):
     t = (x & 0xFFF) | ((x << 4) & 0x0FFF0000)
     t = (t & 0x003F003F) | ((t << 2) & 0x3F003F00)
     return (t & 0x07070707) | ((t << 1) & 0x70707070)
-
-
-# tq_k4v4's symmetric values from their bits (the Gluon kernel's ``int_values``), one
-# elementwise step per 4 codes: ``$2``'s bits 0-15 hold codes c0..c3 (low nibble first; its
-# other bits are not read), ``$0`` becomes the fp16 pair (c0 - 7.5, c1 - 7.5) (c0 in the low
-# half) and ``$1`` (c2 - 7.5, c3 - 7.5). A permute puts each code in bits 4-7 of its half
-# (the even codes from the word shifted left by 4), a ``lop3`` makes the fp16 ``1024 + 16
-# code``, and one ``fma`` times 1/16 minus 71.5 gives ``code - 7.5``, exact (1031.5, which a
-# subtraction from ``1024 + code`` would need, is no fp16 number).
-SYMMETRIC_PAIRS_PTX = """{
-.reg .b32 y, t, k1, k2;
-shl.b32 y, $2, 4;
-mov.b32 k1, 0x2c002c00;
-mov.b32 k2, 0xd478d478;
-prmt.b32 t, y, $2, 0x0400;
-lop3.b32 t, t, 0x00F000F0, 0x64006400, 0xEA;
-fma.rn.f16x2 $0, t, k1, k2;
-prmt.b32 t, y, $2, 0x0501;
-lop3.b32 t, t, 0x00F000F0, 0x64006400, 0xEA;
-fma.rn.f16x2 $1, t, k1, k2;
-}"""

@@ -3,8 +3,8 @@
 Same arguments, results and memory rules as ``kernel.attention_kernel``, for vLLM's presets:
 fp8, 3- or 4-bit codebook keys with uniform 4-bit values (k8v4, k3v4_nc, 4bit_nc), and 3-bit
 codebook keys with uniform 3-bit values (3bit_nc); and for tq's calibrated formats with 4-bit
-keys and 3-bit Lloyd-Max or 4-bit symmetric values (tq_k4v3, tq_k4v4; not tq_k6v5). What it states that
-Triton chooses for the portable kernel:
+keys and 3-bit Lloyd-Max or 4-bit symmetric values (tq_k4v3, tq_k4v4; not tq_k6v5). What it
+states that Triton chooses for the portable kernel:
 
 - one warp per 16 query rows (``mma.sync`` m16n8k16, warps along the rows), so the online
   softmax's row reductions stay inside a warp;
@@ -18,8 +18,9 @@ Triton chooses for the portable kernel:
   magnitudes, the sign from each code's bit 3; the query is rotated in the kernel); value
   codes are decoded two per 32-bit operation (``value_words``' column order, undone where
   the output is stored; 3-bit codes are first moved to the nibbles of 4-bit words, so they
-  leave the same order); calibrated formats' values (Lloyd-Max or symmetric) are looked up as the
-  keys are, in the value table's registers, and each output row is rotated back before it is stored;
+  leave the same order); calibrated formats' values (Lloyd-Max or symmetric) are looked up
+  as the keys are, in the value table's registers, and each output row is rotated back
+  before it is stored;
 - the causal and length masks only on the tiles that need them;
 - the probabilities pass from the score product's accumulator to the value product's A
   operand in registers;
@@ -46,7 +47,7 @@ from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 
 from ..key_lut import LUT16_PAIRS_PTX, LUT_PAIRS_PTX, magnitude_selectors_fn, selectors_fn
-from ..value_words import SYMMETRIC_PAIRS_PTX, value_columns_fn
+from ..value_words import value_columns_fn
 from .bounds import balanced_chunk_fn, request_bounds_fn
 from .online_softmax import (
     nonfinite_rows_fn,
@@ -57,6 +58,7 @@ from .online_softmax import (
     tile_step_fn,
     value_mid_fn,
 )
+from .token_rows_ptx import SYMMETRIC_PAIRS_PTX
 
 # Triton 3.6 calls the CTA-wide barrier thread_barrier; later versions call it barrier
 _barrier = getattr(gl, "thread_barrier", None) or gl.barrier
@@ -211,7 +213,7 @@ _SYMMETRIC_PAIRS = gl.constexpr(SYMMETRIC_PAIRS_PTX)
 def _symmetric_values(w):
     """fp16 ``code - 7.5`` ``[NB, TPB, W, 2, 2, 2]`` of tq_k4v4's symmetric 4-bit codes (words
     ``[NB, TPB, W]``, uint32, 8 codes each, low nibble first), in :func:`_lut16_keys`' order
-    (code ``4 h + 2 i + j`` of a word at ``[h, i, j]``): ``value_words.SYMMETRIC_PAIRS_PTX``,
+    (code ``4 h + 2 i + j`` of a word at ``[h, i, j]``): ``token_rows_ptx.SYMMETRIC_PAIRS_PTX``,
     four codes per step, no table."""
     a, b = gl.inline_asm_elementwise(
         _SYMMETRIC_PAIRS,

@@ -98,8 +98,7 @@ def compile_token_rows(
     """The token-rows kernel compiled without a GPU for an NVIDIA target ``sm``, as the
     launcher specialises it (head_dim 128, 2 kv heads, 16-token blocks, ``columns`` query
     columns: 8 or 16; ``norm_mma``, ``selector_pairs``, ``int_values``: the ``AttentionConfig``
-    knobs), as
-    :func:`compile_gluon` compiles the Gluon kernel."""
+    knobs), as :func:`compile_gluon` compiles the Gluon kernel."""
     from .token_rows_kernel import token_rows_attention_kernel
 
     p = tq_core.get_preset(preset)

@@ -1,6 +1,7 @@
 """The inline PTX of the token-rows kernel (``token_rows_kernel``): whole matrix-unit steps
 written per thread, so that decoded keys and values go from the code words to the
-``mma.sync`` operand registers with no shared-memory round trip.
+``mma.sync`` operand registers with no shared-memory round trip. (Also the Gluon kernel's
+decode of symmetric values, :data:`SYMMETRIC_PAIRS_PTX`, which shares their constants.)
 
 The kernel computes the scores transposed, ``S^T = K Q^T``: the tile's tokens are the rows
 of the ``m16n8k16`` product (16 per step) and its queries the 8 columns, so a decode step
@@ -394,6 +395,27 @@ def pv4_ptx(nct: int = 1, symmetric: bool = False) -> str:
             "}",
         ]
     )
+
+
+# tq_k4v4's symmetric values from their bits in the Gluon kernel (its ``int_values``), in
+# head_dim order (the order of the value table's lookups, which the calibrated formats'
+# output rotation expects), one elementwise step per 4 codes: ``$2``'s bits 0-15 hold codes
+# c0..c3 (low nibble first; its other bits are not read), ``$0`` becomes the fp16 pair
+# (c0 - 7.5, c1 - 7.5) (c0 in the low half) and ``$1`` (c2 - 7.5, c3 - 7.5). A permute puts
+# each code in bits 4-7 of its half (the even codes from the word shifted left by 4), then
+# :func:`pv4_ptx`'s symmetric ``lop3`` and ``fma``.
+SYMMETRIC_PAIRS_PTX = f"""{{
+.reg .b32 y, t, k1, k2;
+shl.b32 y, $2, 4;
+mov.b32 k1, {_V_SIXTEENTH:#x};
+mov.b32 k2, {_V_SYM_BIAS:#x};
+prmt.b32 t, y, $2, 0x0400;
+lop3.b32 t, t, 0x00F000F0, 0x64006400, 0xEA;
+fma.rn.f16x2 $0, t, k1, k2;
+prmt.b32 t, y, $2, 0x0501;
+lop3.b32 t, t, 0x00F000F0, 0x64006400, 0xEA;
+fma.rn.f16x2 $1, t, k1, k2;
+}}"""
 
 
 def pv4_constraints(nct: int = 1) -> str:
