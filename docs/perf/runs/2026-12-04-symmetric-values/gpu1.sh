@@ -32,6 +32,12 @@ echo "== the bench rows of tq_k4v4 (every kernel) with int_values 0 and 1, besid
 for iv in 0 1; do
   TQ_INT_VALUES=$iv PYTHONUNBUFFERED=1 timeout 200 python3 -W ignore -m tq_core.cli bench --presets tq_k4v4,turboquant_4bit_nc --no-baselines \
       --json "$OUT/bench-int$iv.json" > "$OUT/bench-int$iv.log" 2>&1; echo "rc=$?"; grep -E "tq_k4v4|4bit_nc|bf16" "$OUT/bench-int$iv.log" | head -30
+  # head_dim 256, which no named shape has: decode and q_len 4 (the token-rows kernel takes
+  # head_dim 128 only, so the Gluon and portable kernels)
+  for q in 1 4; do
+    TQ_INT_VALUES=$iv PYTHONUNBUFFERED=1 timeout 120 python3 -W ignore -m tq_core.cli bench --shapes custom --head-dim 256 \
+        --q-len $q --seq-len 32768 --presets tq_k4v4,turboquant_4bit_nc --no-baselines --no-store 2>&1 | grep -E "tq_k4v4|4bit_nc|bf16"
+  done
 done
 date -u
 echo "== A/B: decode-32k and q_len 2 (token rows), int_values and selector_pairs against the table"
