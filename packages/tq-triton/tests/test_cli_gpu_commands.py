@@ -185,6 +185,9 @@ def test_bench_defaults_run_every_shape_and_format():
     assert args.presets == [*PRESETS, *CALIBRATED_PRESETS]
     assert {"verify-32k-q2", "verify-32k-q4", "verify-32k-q16", "decode-d64"} <= set(bench.SHAPES)
     assert bench.SHAPES["verify-32k-q16"].q_len == 16 and bench.SHAPES["decode-d64"].head_dim == 64
+    # every head_dim and the longest q_len at the small one
+    assert {(s.head_dim, s.q_len) for s in bench.SHAPES.values()} >= {(64, 1), (64, 16), (256, 1), (256, 4)}
+    assert args.kernel == "default"
 
 
 def test_bench_plot_draws_the_speedups_of_a_run(tmp_path):
@@ -231,7 +234,8 @@ def test_bench_json_keeps_the_cases_of_a_stopped_run(tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "build_case", lambda *a, **k: case)
     monkeypatch.setattr(bench, "sdpa_bf16", lambda c: ((lambda: None), "stand-in"))
     monkeypatch.setattr(bench, "time_ms", fake_time)
-    monkeypatch.setattr(bench, "run_tq", lambda c: None)
+    monkeypatch.setattr(bench, "run_tq", lambda c, config=None: None)
+    monkeypatch.setattr(bench, "case_plan", lambda c, kernel: types.SimpleNamespace(cfg=None, token_rows=True))
     out = tmp_path / "bench.json"
     argv = ["bench", "--shapes", "decode-32k", "--presets", "turboquant_k8v4,turboquant_k3v4_nc", "--no-store"]
     argv += ["--json", str(out)]
@@ -246,3 +250,4 @@ def test_bench_json_keeps_the_cases_of_a_stopped_run(tmp_path, monkeypatch):
     assert main(argv) == 0
     doc = json.loads(out.read_text())
     assert doc["meta"]["complete"] is True and len(doc["rows"]) == 3 and "gate" in doc
+    assert doc["meta"]["kernel"] == "default" and doc["rows"][1]["kernel"] == "token_rows"

@@ -14,10 +14,13 @@ from dataclasses import dataclass, replace
 import torch
 
 from tq_core import LayerCalibration, get_preset
+from tq_core.contract import check_attention_args
 from tq_core.synthetic import SyntheticKV
 from tq_core.testing import block_tables, random_calibration
 
 from .attention import attention
+from .attention.plan import LaunchPlan, next_pow2, plan_attention, portable_config, table_config
+from .device import device_facts
 from .store import store
 
 
@@ -53,8 +56,15 @@ SHAPES: dict[str, Shape] = {
             Shape(f"verify-32k-q{q}", batch=8, q_heads=32, kv_heads=8, head_dim=128, seq_len=32768, q_len=q)
             for q in (2, 4, 16)
         ),
-        # decode at a small model's geometry (SmolLM2: 9 q / 3 kv heads of head_dim 64)
+        # decode at a small model's geometry (SmolLM2: 9 q / 3 kv heads of head_dim 64), and
+        # verification of 15 draft tokens there
         Shape("decode-d64", batch=32, q_heads=9, kv_heads=3, head_dim=64, seq_len=8192, q_len=1),
+        Shape("verify-d64-q16", batch=32, q_heads=9, kv_heads=3, head_dim=64, seq_len=8192, q_len=16),
+        # head_dim 256 (Gemma-style heads): decode and verification of 3 draft tokens
+        *(
+            Shape(name, batch=8, q_heads=32, kv_heads=8, head_dim=256, seq_len=32768, q_len=q)
+            for name, q in (("decode-d256", 1), ("verify-d256-q4", 4))
+        ),
         Shape(
             "ragged",
             batch=8,
@@ -169,11 +179,47 @@ def store_extra(preset: str, num_tokens: int, num_kv_heads: int, head_dim: int, 
     return {"calibration": cal, "positions": torch.arange(1, num_tokens + 1, device=device)}
 
 
+# what ``tq bench --kernel`` runs: the plan's choice, or the portable Triton kernel alone
+KERNELS = ("default", "portable")
+
+
+def case_plan(case: Case, kernel: str = "default") -> LaunchPlan:
+    """The launch plan of ``tq_triton.attention`` on the case: the tuning table's (``default``)
+    or the same entry on the portable kernel (``portable``, :func:`plan.portable_config`)."""
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel {kernel!r}: expected one of {KERNELS}")
+    sh = case.shape
+    facts = device_facts(case.query.device)
+    p = get_preset(case.preset)
+    # the cache's fields as the launcher sees them
+    args = check_attention_args(
+        case.query,
+        case.kv_cache,
+        case.block_table,
+        case.seq_lens,
+        case.query_start_loc,
+        p,
+        case.scale,
+        None,
+        check_values=False,
+        calibration=case.calibration,
+    )
+    fields = args.fields.constexprs()
+    config = None
+    if kernel == "portable":
+        config = portable_config(
+            table_config(facts, p, sh.head_dim, next_pow2(sh.q_heads // sh.kv_heads), case.max_query_len)
+        )
+    return plan_attention(
+        facts, p, fields, sh.q_heads, sh.kv_heads, sh.batch, case.max_query_len, sh.block_size, config=config
+    )
+
+
 def run_tq(
     case: Case, out: torch.Tensor | None = None, impl: Callable[..., torch.Tensor] = attention, **kw
 ) -> torch.Tensor:
     """``impl`` (default ``tq_triton.attention``) on the case; a variant with the same signature
-    can stand in (docs/perf/scripts/decode_ablation.py)."""
+    can stand in (docs/perf/scripts/decode_ablation.py); ``kw`` goes to it (``config``, say)."""
     return impl(
         case.query,
         case.kv_cache,

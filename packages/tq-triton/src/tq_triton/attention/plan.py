@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import triton
@@ -279,6 +279,30 @@ class LaunchPlan:
     options: dict[str, Any]
 
 
+def table_config(facts: DeviceFacts, preset: Preset, head_dim: int, group_pad: int, longest: int) -> AttentionConfig:
+    """The tuned parameters of a launch (``tuning.attention_config_for``), looked up by the
+    tile's natural query rows: the padded GQA group times the query tokens per program."""
+    rows = plan_block_q(group_pad, longest) * group_pad
+    return attention_config_for(facts.name, preset.name, longest, rows, head_dim)
+
+
+def portable_config(cfg: AttentionConfig) -> AttentionConfig:
+    """``cfg`` with the vendor kernels switched off: the portable Triton kernel serves the
+    launch with the entry's tiles, warps and splits (``tq bench --kernel portable``)."""
+    return replace(cfg, gluon=0, wgmma=0, token_rows=0)
+
+
+def served_by(plan: LaunchPlan) -> str:
+    """The kernel a plan launches: ``token_rows``, ``gluon``, ``gluon-wgmma`` or ``portable``
+    (the Gluon kernel can still fall back to the portable one at launch where the device
+    lacks its shared memory)."""
+    if plan.token_rows:
+        return "token_rows"
+    if plan.gluon:
+        return "gluon-wgmma" if plan.wgmma else "gluon"
+    return "portable"
+
+
 def plan_attention(
     facts: DeviceFacts,
     preset: Preset,
@@ -298,9 +322,7 @@ def plan_attention(
     longest q_len (:func:`longest_query`); ``facts``: the device's (``device.device_facts``)."""
     group = num_q_heads // num_kv_heads
     g_pad = next_pow2(group)
-    cfg = config or attention_config_for(
-        facts.name, preset.name, longest, plan_block_q(g_pad, longest) * g_pad, fields["D"]
-    )
+    cfg = config or table_config(facts, preset, fields["D"], g_pad, longest)
     block_q = plan_block_q(g_pad, longest, cfg.min_rows)
     rows = block_q * g_pad
     token_rows = False

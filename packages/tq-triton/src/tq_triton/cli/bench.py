@@ -36,6 +36,7 @@ from tq_core.cli.options import (
 from tq_core.cli.output import utc_timestamp, write_json
 
 from .. import bench
+from ..attention.plan import served_by
 from ..device import device_key
 from ..store import store
 from . import gpu_device
@@ -74,6 +75,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_block_size_option(p)
     p.add_argument(
         "--seq-lens", type=int_list(1), help="comma list: also run each shape at these sequence lengths (for --plot)"
+    )
+    p.add_argument(
+        "--kernel",
+        choices=bench.KERNELS,
+        default="default",
+        help="default: the kernel the launch plan picks for each row (vendor kernels where the device's table "
+        "asks for them); portable: the portable Triton kernel alone, with the same table entries. "
+        "Each row records the kernel that served it",
     )
     p.add_argument("--no-baselines", action="store_true", help="skip the per-token baselines")
     p.add_argument("--no-store", action="store_true", help="skip the store throughput rows")
@@ -138,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         "copy_bandwidth_gbs": bw,
         "date": utc_timestamp(),
         "command": "tq " + " ".join(sys.argv[1:]),
+        "kernel": args.kernel,
         "torch": torch.__version__,
         "triton": __import__("triton").__version__,
         "complete": False,
@@ -155,8 +165,12 @@ def run(args: argparse.Namespace) -> int:
             bf16_ms[shape.name] = t
             rows.append(_row(shape, "bf16", backend, t, case.bf16_bytes_read, bw))
             case.dense_k = case.dense_v = None
-        t = bench.time_ms(lambda case=case: bench.run_tq(case))
-        rows.append(_row(shape, preset, "tq_triton", t, case.cache_bytes_read, bw))
+        plan = bench.case_plan(case, args.kernel)
+        config = plan.cfg if args.kernel == "portable" else None
+        t = bench.time_ms(lambda case=case, config=config: bench.run_tq(case, config=config))
+        row = _row(shape, preset, "tq_triton", t, case.cache_bytes_read, bw)
+        row["kernel"] = served_by(plan)
+        rows.append(row)
         if not args.no_baselines and max(shape.request_q_lens()) > 1:
             if uniform:
                 rows.append(
@@ -335,15 +349,16 @@ def _fmt(r: dict, k: str) -> str:
 
 def _print(rows: list[dict], bw: float, dev: torch.device) -> None:
     print(f"\ndevice: {device_key(dev)}   copy bandwidth (read+write): {bw:.0f} GB/s")
-    cols = ("shape", "preset", "impl", "ms", "GB/s", "%bw", "x bf16", "x looped", "x batched")
-    head = "{:22} {:20} {:20} {:>9} {:>7} {:>6} {:>7} {:>8} {:>9}".format(*cols)
+    cols = ("shape", "preset", "impl", "kernel", "ms", "GB/s", "%bw", "x bf16", "x looped", "x batched")
+    head = "{:22} {:20} {:20} {:12} {:>9} {:>7} {:>6} {:>7} {:>8} {:>9}".format(*cols)
     print(head)
     print("-" * len(head))
     for r in rows:
         extra = f" {r['mtok_s']:.0f} Mtok/s" if "mtok_s" in r else ""
         ratios = (_fmt(r, "x_vs_bf16"), _fmt(r, "x_vs_looped-per-token"), _fmt(r, "x_vs_batched-per-token"))
         print(
-            f"{r['shape']:22} {r['preset']:20} {r['impl']:20} {r['ms']:9.4f} {r['gbs']:7.0f} {r['pct_copy_bw']:6.1f} "
+            f"{r['shape']:22} {r['preset']:20} {r['impl']:20} {r.get('kernel', '-'):12}"
+            f" {r['ms']:9.4f} {r['gbs']:7.0f} {r['pct_copy_bw']:6.1f} "
             "{:>7} {:>8} {:>9}".format(*ratios)
             + extra
         )
