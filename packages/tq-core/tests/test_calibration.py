@@ -320,3 +320,36 @@ def test_file_round_trip_and_errors(gen, tmp_path):
         Calibration.load(tmp_path / "v99.pt")
     with pytest.raises(CalibrationError, match=r"layers 0\.\.2"):
         back.layer(3)
+
+
+def _calibrated_call_args(gen, name: str, hk: int, d: int):
+    """A small valid store and attention call of ``name``: key, value, cache, slots,
+    positions, query, block table, seq_lens, query_start_loc."""
+    key, value = randn(gen, 3, hk, d), randn(gen, 3, hk, d)
+    cache = torch.zeros(2, 16, hk, tq_core.get_preset(name).layout(d).slot_size_aligned, dtype=torch.uint8)
+    slots = pos = torch.tensor([0, 1, 2])
+    query = randn(gen, 1, 2 * hk, d)
+    meta = (torch.zeros(1, 2, dtype=torch.int32), torch.tensor([3], dtype=torch.int32), torch.tensor([0, 1]))
+    return key, value, cache, slots, pos, query, meta
+
+
+@pytest.mark.parametrize("field", ["key_first_offset", "key_gain", "value_offset", "value_first_offset", "value_gain"])
+@pytest.mark.parametrize("shape", [(1, 64), (2, 32)])
+def test_a_tensor_shrunk_after_construction_is_refused_where_the_calibration_is_taken(gen, field, shape):
+    """The calibration is checked where a call takes it (shapes, dtypes and devices of all six
+    tensors, on the host): one tensor shrunk in place after construction raises
+    CalibrationError in store, encode_kv, decode_kv and attention, not a broadcast."""
+    hk, d, name = 2, 64, "tq_k4v3"
+    cal = layer_cal(gen, hk, d)
+    key, value, cache, slots, pos, query, meta = _calibrated_call_args(gen, name, hk, d)
+    getattr(cal, field).resize_(shape)
+    match = rf"{field}: shape \({shape[0]}, {shape[1]}\)"
+    with pytest.raises(CalibrationError, match=match):
+        tq_core.store(key, value, cache, slots, name, calibration=cal, positions=pos)
+    with pytest.raises(CalibrationError, match=match):
+        tq_core.encode_kv(key, value, name, cal, pos)
+    slots_ = tq_core.encode_kv(key, value, name, layer_cal(gen, hk, d), pos)
+    with pytest.raises(CalibrationError, match=match):
+        tq_core.decode_kv(slots_, name, d, cal, pos)
+    with pytest.raises(CalibrationError, match=match):
+        tq_core.attention(query, cache, *meta, name, d**-0.5, calibration=cal)

@@ -11,7 +11,7 @@ from cases import make_case, prepared, randint
 import tq_core
 import tq_sycl
 from tq_core.contract import gather_kv
-from tq_core.errors import PresetError
+from tq_core.errors import CalibrationError, PresetError
 from tq_core.testing import assert_attention_close, ragged_lengths
 from tq_sycl.extensions import host_module
 
@@ -60,6 +60,16 @@ def test_device_kernels_refuse_calibrated_formats(gen):
         tq_sycl.attention(*case.args(), kernel="scalar", **case.extra())
     with pytest.raises(PresetError, match="calibration"):
         tq_sycl.attention(*case.args(), kernel="host")
+
+
+@pytest.mark.parametrize("field", ["key_first_offset", "key_gain", "value_offset", "value_first_offset", "value_gain"])
+def test_a_calibration_tensor_shrunk_after_construction_is_refused(gen, field):
+    """Checked where the call takes it, before a build is looked for: CalibrationError names
+    the tensor (not torch.stack's RuntimeError, nor a read past it)."""
+    case = make_case(gen, "tq_k4v3", seq_lens=[9], q_lens=[1], num_kv_heads=2, head_dim=64)
+    getattr(case.calibration, field).resize_(1, case.calibration.head_dim)
+    with pytest.raises(CalibrationError, match=rf"calibration {field}: shape \(1, 64\), expected \(2, 64\)"):
+        tq_sycl.attention(*case.args(), kernel="host", **case.extra())
 
 
 def test_cxx_requires_the_calibration_pointers(gen):

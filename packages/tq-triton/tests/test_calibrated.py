@@ -12,7 +12,7 @@ from tqt_helpers import ON_GPU, assert_close, make_batch, run_triton
 
 import tq_core
 import tq_triton
-from tq_core import CALIBRATED_PRESETS, PresetError
+from tq_core import CALIBRATED_PRESETS, CalibrationError, PresetError
 from tq_core.testing import random_calibration
 
 NAMES = list(CALIBRATED_PRESETS)
@@ -111,6 +111,25 @@ def test_calibration_is_required_and_checked(gen, device):
     _, got, _ = caches("tq_k4v4", 64, 16, 2, gen, device, 2)
     with pytest.raises(PresetError, match="positions"):
         tq_triton.store(k, k, got, torch.tensor([0, 1], device=device), "tq_k4v4", calibration=b.calibration)
+
+
+@pytest.mark.parametrize("field", ["key_first_offset", "key_gain", "value_offset", "value_first_offset", "value_gain"])
+def test_a_calibration_tensor_shrunk_after_construction_is_refused(field, gen, device):
+    """Every tensor of the calibration is checked where store and attention take it (shapes
+    on the host): one shrunk in place after construction raises CalibrationError before a
+    kernel could read past it, and the cache is left as it was."""
+    b = make_batch(gen, "tq_k4v3", [9], [1], head_dim=64, num_kv_heads=2, group=2, device=device)
+    cal = b.calibration
+    getattr(cal, field).resize_(1, 64)
+    with pytest.raises(CalibrationError, match=rf"calibration {field}: shape \(1, 64\), expected \(2, 64\)"):
+        tq_triton.attention(*b.args(), calibration=cal)
+    k = torch.randn(2, 2, 64, device=device)
+    _, got, _ = caches("tq_k4v3", 64, 16, 2, gen, device, 2)
+    before = got.clone()
+    pos = torch.tensor([0, 1], device=device)
+    with pytest.raises(CalibrationError, match=rf"calibration {field}: shape"):
+        tq_triton.store(k, k, got, pos, "tq_k4v3", calibration=cal, positions=pos)
+    assert torch.equal(got, before)
 
 
 @pytest.mark.parametrize("splits", [1, 3])

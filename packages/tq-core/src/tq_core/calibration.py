@@ -59,18 +59,30 @@ class LayerCalibration:
     value_gain: torch.Tensor
 
     def __post_init__(self) -> None:
-        shape = None
+        self.check_tensors()
         for f in fields(self):
             t = getattr(self, f.name)
-            if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.dtype != torch.float32:
-                raise CalibrationError(f"{f.name}: expected a float32 [num_kv_heads, head_dim] tensor, got {_desc(t)}")
-            if shape is not None and t.shape != shape:
-                raise CalibrationError(f"{f.name}: shape {tuple(t.shape)}, expected {tuple(shape)} as the others")
-            shape = t.shape
             if not bool(torch.isfinite(t).all()):
                 raise CalibrationError(f"{f.name}: holds a NaN or an infinity")
             if f.name.endswith("gain") and not bool((t > 0).all()):
                 raise CalibrationError(f"{f.name}: every gain must be positive")
+
+    def check_tensors(self, what: str = "") -> None:
+        """Raise :class:`CalibrationError` unless the six tensors are float32 ``[num_kv_heads,
+        head_dim]``, all of one shape and on one device (messages start with ``what``).
+        Host-side only, no device read: every call that takes a calibration runs it, because
+        a tensor can be resized in place after construction and the kernels read all six
+        through ``key_offset``'s shape."""
+        first = self.key_offset
+        for f in fields(self):
+            t = getattr(self, f.name)
+            name = what + f.name
+            if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.dtype != torch.float32:
+                raise CalibrationError(f"{name}: expected a float32 [num_kv_heads, head_dim] tensor, got {_desc(t)}")
+            if t.shape != first.shape:
+                raise CalibrationError(f"{name}: shape {tuple(t.shape)}, expected {tuple(first.shape)} as key_offset")
+            if t.device != first.device:
+                raise CalibrationError(f"{name}: on {t.device}, key_offset on {first.device}")
 
     @property
     def num_kv_heads(self) -> int:
@@ -98,7 +110,9 @@ class LayerCalibration:
 
     def check(self, num_kv_heads: int, head_dim: int, device: torch.device) -> None:
         """Raise :class:`ShapeError` unless this layer's tensors fit ``num_kv_heads`` x
-        ``head_dim`` on ``device``."""
+        ``head_dim`` on ``device``, :class:`CalibrationError` unless they hold
+        :meth:`check_tensors`."""
+        self.check_tensors("calibration ")
         if (self.num_kv_heads, self.head_dim) != (num_kv_heads, head_dim):
             raise ShapeError(
                 f"calibration: made for {self.num_kv_heads} kv heads of head_dim {self.head_dim}, "
