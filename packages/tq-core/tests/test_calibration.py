@@ -353,3 +353,29 @@ def test_a_tensor_shrunk_after_construction_is_refused_where_the_calibration_is_
         tq_core.decode_kv(slots_, name, d, cal, pos)
     with pytest.raises(CalibrationError, match=match):
         tq_core.attention(query, cache, *meta, name, d**-0.5, calibration=cal)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda t: t.to_sparse(),
+        lambda t: t.to_sparse_csr(),
+        lambda t: torch.empty_like(t, device="meta"),
+        lambda t: t.half(),
+        lambda t: t[0],
+        lambda t: t.tolist(),
+    ],
+    ids=["sparse", "sparse_csr", "meta", "fp16", "1d", "list"],
+)
+@pytest.mark.parametrize("field", ["key_offset", "key_gain", "value_first_offset"])
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+def test_layer_calibration_rejects_tensors_it_cannot_hold_with_calibration_error(make, field):
+    """Any tensor but a dense float32 one with data, in any of the six places, raises
+    CalibrationError naming the field (a sparse or meta tensor raised NotImplementedError or
+    RuntimeError from the value checks)."""
+    z, one = torch.zeros(2, 8), torch.ones(2, 8)
+    args = {"key_offset": z, "key_first_offset": z, "key_gain": one}
+    args |= {"value_offset": z, "value_first_offset": z, "value_gain": one}
+    args[field] = make(args[field])
+    with pytest.raises(CalibrationError, match=f"^{field}: expected a dense float32"):
+        LayerCalibration(**args)

@@ -68,8 +68,9 @@ class LayerCalibration:
                 raise CalibrationError(f"{f.name}: every gain must be positive")
 
     def check_tensors(self, what: str = "") -> None:
-        """Raise :class:`CalibrationError` unless the six tensors are float32 ``[num_kv_heads,
-        head_dim]``, all of one shape and on one device (messages start with ``what``).
+        """Raise :class:`CalibrationError` unless the six tensors are dense float32
+        ``[num_kv_heads, head_dim]`` tensors with data (not sparse, not on the meta device), all
+        of one shape and on one device (messages start with ``what``).
         Host-side only, no device read: every call that takes a calibration runs it, because
         a tensor can be resized in place after construction and the kernels read all six
         through ``key_offset``'s shape."""
@@ -77,8 +78,10 @@ class LayerCalibration:
         for f in fields(self):
             t = getattr(self, f.name)
             name = what + f.name
-            if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.dtype != torch.float32:
-                raise CalibrationError(f"{name}: expected a float32 [num_kv_heads, head_dim] tensor, got {_desc(t)}")
+            if not _dense_float32_matrix(t):
+                raise CalibrationError(
+                    f"{name}: expected a dense float32 [num_kv_heads, head_dim] tensor with data, got {_desc(t)}"
+                )
             if t.shape != first.shape:
                 raise CalibrationError(f"{name}: shape {tuple(t.shape)}, expected {tuple(first.shape)} as key_offset")
             if t.device != first.device:
@@ -147,9 +150,21 @@ class LayerCalibration:
         return k, v
 
 
+def _dense_float32_matrix(t: object) -> bool:
+    return (
+        isinstance(t, torch.Tensor)
+        and t.layout == torch.strided
+        and t.device.type != "meta"
+        and t.dim() == 2
+        and t.dtype == torch.float32
+    )
+
+
 def _desc(t: object) -> str:
     if isinstance(t, torch.Tensor):
-        return f"{t.dtype} tensor of shape {tuple(t.shape)}"
+        where = "" if t.layout == torch.strided else f" ({t.layout})"
+        where += " on the meta device" if t.device.type == "meta" else ""
+        return f"{t.dtype} tensor of shape {tuple(t.shape)}{where}"
     return type(t).__name__
 
 
