@@ -379,3 +379,25 @@ def test_layer_calibration_rejects_tensors_it_cannot_hold_with_calibration_error
     args[field] = make(args[field])
     with pytest.raises(CalibrationError, match=f"^{field}: expected a dense float32"):
         LayerCalibration(**args)
+
+
+@pytest.mark.parametrize("name", CAL_NAMES)
+def test_calibration_tensors_that_require_grad_are_taken_as_their_values(name, gen):
+    """A calibration whose tensors require grad (a module's parameters, say) codes, decodes and
+    attends exactly as the same values without grad, and nothing returned requires grad."""
+    hk, d = 2, 64
+    plain = layer_cal(gen, hk, d)
+    grad = LayerCalibration(**{f: getattr(plain, f).clone().requires_grad_() for f in plain.__dataclass_fields__})
+    key, value, cache, slots, pos, query, meta = _calibrated_call_args(gen, name, hk, d)
+    got = {}
+    for label, cal in (("plain", plain), ("grad", grad)):
+        c = cache.clone()
+        tq_core.store(key, value, c, slots, name, calibration=cal, positions=pos)
+        enc = tq_core.encode_kv(key, value, name, cal, pos)
+        dec = tq_core.decode_kv(enc, name, d, cal, pos)
+        gathered = tq_core.gather_kv(c, torch.tensor([0, 1]), 3, name, calibration=cal)
+        out = tq_core.attention(query, c, *meta, name, d**-0.5, calibration=cal)
+        got[label] = (c, enc, *dec, *gathered, out)
+    for a, b in zip(got["plain"], got["grad"], strict=True):
+        assert not b.requires_grad
+        assert torch.equal(a, b)

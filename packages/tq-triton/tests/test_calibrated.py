@@ -132,6 +132,27 @@ def test_a_calibration_tensor_shrunk_after_construction_is_refused(field, gen, d
     assert torch.equal(got, before)
 
 
+def test_calibration_tensors_that_require_grad_are_taken_as_their_values(gen, device):
+    """As in tq-core: a calibration whose tensors require grad stores and attends exactly as
+    the same values without grad."""
+    b = make_batch(gen, "tq_k4v3", [9, 20], [1, 3], head_dim=64, num_kv_heads=2, group=2, device=device)
+    plain = b.calibration
+    grad = tq_core.LayerCalibration(
+        **{f: getattr(plain, f).clone().requires_grad_() for f in plain.__dataclass_fields__}
+    )
+    outs = [tq_triton.attention(*b.args(), max_query_len=3, calibration=cal) for cal in (plain, grad)]
+    assert not outs[1].requires_grad and torch.equal(outs[0], outs[1])
+    k = torch.randn(2, 2, 64, device=device)
+    pos = torch.tensor([0, 1], device=device)
+    got, _, _ = caches("tq_k4v3", 64, 16, 2, gen, device, 2)
+    stored = []
+    for cal in (plain, grad):
+        c = got.clone()
+        tq_triton.store(k, k, c, pos, "tq_k4v3", calibration=cal, positions=pos)
+        stored.append(c)
+    assert torch.equal(*stored) and not torch.equal(stored[0], got)
+
+
 @pytest.mark.parametrize("splits", [1, 3])
 def test_hostile_metadata_stays_inside_the_tensors(splits, gen, device):
     """A calibrated batch with a block id far outside the cache, a seq_len past the block

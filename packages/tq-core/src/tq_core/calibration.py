@@ -101,15 +101,13 @@ class LayerCalibration:
     def kernel_vectors(self) -> tuple[torch.Tensor, ...]:
         """The six tensors in the order tq's kernels take them (key gain, key offset, key
         first-position offset, then the same for values), each contiguous."""
-        vectors = (
-            self.key_gain,
-            self.key_offset,
-            self.key_first_offset,
-            self.value_gain,
-            self.value_offset,
-            self.value_first_offset,
-        )
-        return tuple(t.contiguous() for t in vectors)
+        names = ("key_gain", "key_offset", "key_first_offset", "value_gain", "value_offset", "value_first_offset")
+        return tuple(self.values_of(n).contiguous() for n in names)
+
+    def values_of(self, name: str) -> torch.Tensor:
+        """The tensor ``name`` detached: tq codes and attends with a calibration's values, so
+        tensors that require grad (a module's parameters) are taken as they are now."""
+        return getattr(self, name).detach()
 
     def check(self, num_kv_heads: int, head_dim: int, device: torch.device) -> None:
         """Raise :class:`ShapeError` unless this layer's tensors fit ``num_kv_heads`` x
@@ -127,26 +125,26 @@ class LayerCalibration:
     def offset(self, name: str, first: torch.Tensor | None) -> torch.Tensor:
         """The offsets of ``name`` (``"key"`` or ``"value"``) each token is coded against:
         ``[N, H, d]`` where ``first`` (bool ``[N]``) marks position 0, else ``[H, d]``."""
-        rest = getattr(self, f"{name}_offset")
+        rest = self.values_of(f"{name}_offset")
         if first is None:
             return rest
-        return torch.where(first[:, None, None], getattr(self, f"{name}_first_offset"), rest)
+        return torch.where(first[:, None, None], self.values_of(f"{name}_first_offset"), rest)
 
     def code(
         self, key: torch.Tensor, value: torch.Tensor, first: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``[N, H, d]`` keys and values -> the vectors the cache codes; ``first`` ``[N]``
         bool marks tokens at position 0 (None: none)."""
-        k = (key.float() - self.offset("key", first)) * self.key_gain
-        v = (value.float() - self.offset("value", first)) * self.value_gain
+        k = (key.float() - self.offset("key", first)) * self.values_of("key_gain")
+        v = (value.float() - self.offset("value", first)) * self.values_of("value_gain")
         return k, v
 
     def uncode(
         self, key: torch.Tensor, value: torch.Tensor, first: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Inverse of :meth:`code` on decoded vectors."""
-        k = key / self.key_gain + self.offset("key", first)
-        v = value / self.value_gain + self.offset("value", first)
+        k = key / self.values_of("key_gain") + self.offset("key", first)
+        v = value / self.values_of("value_gain") + self.offset("value", first)
         return k, v
 
 
