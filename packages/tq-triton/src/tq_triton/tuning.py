@@ -74,17 +74,13 @@ class AttentionConfig:
     # programs per multiprocessor, and no request takes more than the grid's splits; each
     # request deals its tiles out evenly over the splits it needs, so a long request takes
     # more splits than a short one. 0: each request's sequence is divided evenly over the
-    # grid's splits. The H200 table sets 4 in both presets' q8 entries (not poc's q8:m64,
-    # where it is 5-8% slower): one round of the sweep in
-    # docs/perf/runs/2026-12-02-split-knobs-sweep had the ragged batch 11% faster for k8v4
-    # (verify-32k 3% faster) and, with skip_empty, 19% faster for k3v4_nc (verify-32k 1%
-    # faster). At decode-32k it is 2x slower, so no q1 entry sets it
+    # grid's splits. Tables set it where a sweep found it faster (ragged and verify batches;
+    # never decode, where it was slower): docs/perf/runs/2026-12-02-split-knobs-sweep
     split_budget: int = 0
     # 1 lets a kv split with no position for its query chunk (a request shorter than the
     # split count leaves some) skip the query, the tile loop and its partial output, writing
-    # only -inf log-sum-exps that the merge then skips. The H200 table sets it with
-    # split_budget 4 in k3v4_nc's q8 entry; for k8v4 it made verify-32k 20% slower in the
-    # same sweep, so that entry leaves it off
+    # only -inf log-sum-exps that the merge then skips. Tables set it with split_budget where
+    # the same sweep found it faster
     skip_empty: int = 0
     # 1 (with gluon 1) runs the token-rows kernel (attention/token_rows_kernel.py) where it
     # applies (plan.token_rows_refusal: k8v4, k3v4_nc, 4bit_nc, 3bit_nc, tq_k4v3 and tq_k4v4
@@ -97,10 +93,8 @@ class AttentionConfig:
     # the token-rows kernel's codebook keys (with norm correction: k3v4_nc, 4bit_nc, 3bit_nc):
     # 1 sums each key's squared centroids on the matrix unit (the squared key operands times
     # ones, one more mma.sync per step), 0 in each lane (fp16 squares converted and added in
-    # float32, then added over the row's four lanes). 3.6-4.1 fewer instructions per token;
-    # on the H200 decode-32k k3v4_nc 0.517 -> 0.463 ms, so the H200 table sets it for
-    # k3v4_nc's and 4bit_nc's decode and q_len 2 and for 3bit_nc
-    # (docs/perf/runs/2026-12-04-token-rows-formats)
+    # float32, then added over the row's four lanes): fewer instructions per token. Tables
+    # set it where it measured faster (docs/perf/runs/2026-12-04-token-rows-formats)
     norm_mma: int = 0
     # the token-rows kernel's 3-bit codebook keys (k3v4_nc, 3bit_nc): 1 builds the selector
     # nibbles of two 4-code groups in one register (a shift and a select per spreading step
