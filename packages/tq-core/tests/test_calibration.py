@@ -4,6 +4,7 @@ against vLLM's Lloyd-Max key code, the paged path, attention, and the file."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -401,3 +402,57 @@ def test_calibration_tensors_that_require_grad_are_taken_as_their_values(name, g
     for a, b in zip(got["plain"], got["grad"], strict=True):
         assert not b.requires_grad
         assert torch.equal(a, b)
+
+
+def _file_data(gen, hk: int = 2, d: int = 8, layers: int = 2) -> dict:
+    """What Calibration.save writes, as a dict to alter."""
+    cal = Calibration(tuple(layer_cal(gen, hk, d) for _ in range(layers)), {"model": "m"})
+    names = LayerCalibration.__dataclass_fields__
+    return {
+        "format": "tq-calibration",
+        "version": 1,
+        "meta": dict(cal.meta),
+        "layers": [{f: getattr(lay, f).half() for f in names} for lay in cal.layers],
+    }
+
+
+def _put(data: dict, field: str, t: torch.Tensor) -> dict:
+    data["layers"][1][field] = t
+    return data
+
+
+_cyclic: list = []
+_cyclic.append(_cyclic)
+
+# (what is altered, how, the error's words after the file's name)
+MALFORMED_FILES = [
+    ("meta list", lambda g, x: x | {"meta": [1, 2, 3]}, "meta: expected a mapping"),
+    ("meta str", lambda g, x: x | {"meta": "abc"}, "meta: expected a mapping"),
+    ("meta int", lambda g, x: x | {"meta": 5}, "meta: expected a mapping"),
+    ("meta key", lambda g, x: x | {"meta": {1: "a"}}, "meta: key 1 is not a str"),
+    ("meta tensor", lambda g, x: x | {"meta": {"t": torch.zeros(2)}}, r"meta\['t'\]: Tensor is not a plain value"),
+    ("meta cycle", lambda g, x: x | {"meta": {"c": _cyclic}}, "meta: nested deeper than"),
+    ("layers int", lambda g, x: x | {"layers": 5}, "layers: expected a list of layers, got int"),
+    ("layers empty", lambda g, x: x | {"layers": []}, "holds no layers"),
+    ("layer keys", lambda g, x: x | {"layers": [{1: 2, "a": 3}]}, "layer 0 does not hold"),
+    ("sparse", lambda g, x: _put(x, "key_gain", torch.ones(2, 8).to_sparse()), "layer 1 key_gain: expected a dense"),
+    ("meta device", lambda g, x: _put(x, "value_offset", torch.empty(2, 8, device="meta")), "layer 1 value_offset"),
+    ("int tensor", lambda g, x: _put(x, "value_offset", torch.zeros(2, 8, dtype=torch.int32)), "expected a float"),
+    ("nan", lambda g, x: _put(x, "key_offset", torch.full((2, 8), math.nan)), "layer 1 key_offset: holds a NaN"),
+    ("zero gain", lambda g, x: _put(x, "value_gain", torch.zeros(2, 8)), "layer 1 value_gain: every gain"),
+    ("shape", lambda g, x: _put(x, "key_gain", torch.ones(3, 8)), r"layer 1 key_gain: shape \(3, 8\)"),
+    ("layer shape", lambda g, x: x | {"layers": [x["layers"][0], _file_data(g, d=16)["layers"][0]]}, "layer 1: shape"),
+]
+
+
+@pytest.mark.parametrize(("alter", "match"), [c[1:] for c in MALFORMED_FILES], ids=[c[0] for c in MALFORMED_FILES])
+def test_load_raises_calibration_error_naming_the_file(alter, match, gen, tmp_path):
+    """Every file load cannot use raises CalibrationError that names the file and what is
+    wrong in it (a malformed meta raised TypeError / ValueError, sparse or meta tensors
+    NotImplementedError / RuntimeError, and NaN, zero gains and bad shapes did not name it)."""
+    path = tmp_path / "bad.cal"
+    torch.save(_file_data(gen), path)
+    Calibration.load(path)  # the unaltered file loads
+    torch.save(alter(gen, _file_data(gen)), path)
+    with pytest.raises(CalibrationError, match=rf"^calibration {re.escape(repr(str(path)))}: .*{match}"):
+        Calibration.load(path)

@@ -30,6 +30,7 @@ variance of the originals.
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -182,7 +183,11 @@ class Calibration:
             if not isinstance(lay, LayerCalibration):
                 raise CalibrationError(f"calibration layer {i}: expected a LayerCalibration, got {_desc(lay)}")
             if (lay.num_kv_heads, lay.head_dim) != (first.num_kv_heads, first.head_dim):
-                raise CalibrationError(f"calibration layer {i}: shape differs from layer 0's")
+                raise CalibrationError(
+                    f"calibration layer {i}: shape {tuple(lay.key_offset.shape)} differs from layer 0's "
+                    f"{tuple(first.key_offset.shape)}"
+                )
+        _check_meta(self.meta)
 
     @property
     def num_layers(self) -> int:
@@ -226,7 +231,8 @@ class Calibration:
 
     @classmethod
     def load(cls, path: str | Path) -> Calibration:
-        """Read a file written by :meth:`save` (``tq calibrate --out``)."""
+        """Read a file written by :meth:`save` (``tq calibrate --out``). Every file it cannot
+        use raises :class:`CalibrationError` naming the file."""
         p = Path(path)
         try:
             data = torch.load(p, map_location="cpu", weights_only=True)
@@ -234,25 +240,76 @@ class Calibration:
             raise CalibrationError(f"calibration {str(p)!r} does not exist (tq calibrate --out makes one)") from None
         except Exception as exc:
             raise CalibrationError(f"calibration {str(p)!r} is not a tq calibration file: {exc}") from None
-        if not isinstance(data, dict) or data.get("format") != FILE_FORMAT:
-            raise CalibrationError(f"calibration {str(p)!r} is not a tq calibration file")
-        if data.get("version") != FILE_VERSION:
-            raise CalibrationError(
-                f"calibration {str(p)!r}: file version {data.get('version')!r}, this tq-core reads {FILE_VERSION}"
-            )
+        try:
+            return cls._from_file_data(data)
+        except CalibrationError as exc:
+            raise CalibrationError(f"calibration {str(p)!r}: {exc}") from None
+
+    @classmethod
+    def _from_file_data(cls, data: object) -> Calibration:
+        if not isinstance(data, dict) or not isinstance(data.get("format"), str) or data["format"] != FILE_FORMAT:
+            raise CalibrationError("is not a tq calibration file")
+        version = data.get("version")
+        if type(version) is not int or version != FILE_VERSION:
+            raise CalibrationError(f"file version {version!r}, this tq-core reads {FILE_VERSION}")
+        layers = data.get("layers")
+        if not isinstance(layers, list | tuple):
+            raise CalibrationError(f"layers: expected a list of layers, got {type(layers).__name__}")
+        if not layers:
+            raise CalibrationError("holds no layers")
         names = [f.name for f in fields(LayerCalibration)]
-        layers = []
-        for i, lay in enumerate(data.get("layers") or []):
-            if not isinstance(lay, dict) or sorted(lay) != sorted(names):
-                raise CalibrationError(f"calibration {str(p)!r}: layer {i} does not hold {names}")
-            layers.append(LayerCalibration(**{n: _float32(lay[n], f"layer {i} {n}") for n in names}))
-        return cls(tuple(layers), dict(data.get("meta") or {}))
+        out = []
+        for i, lay in enumerate(layers):
+            if not isinstance(lay, dict) or set(lay) != set(names):
+                raise CalibrationError(f"layer {i} does not hold {names}")
+            try:
+                out.append(LayerCalibration(**{n: _float32(lay[n], n) for n in names}))
+            except CalibrationError as exc:
+                raise CalibrationError(f"layer {i} {exc}") from None
+        return cls(tuple(out), data.get("meta", {}))
 
 
 def _float32(t: object, what: str) -> torch.Tensor:
     if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-        raise CalibrationError(f"calibration {what}: expected a float tensor, got {_desc(t)}")
+        raise CalibrationError(f"{what}: expected a float tensor, got {_desc(t)}")
     return t.float()
+
+
+# how deep and how large a calibration's meta may be (a file's meta can even be a cycle)
+_META_DEPTH = 16
+_META_VALUES = 100_000
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _check_meta(meta: object) -> None:
+    """Raise :class:`CalibrationError` unless ``meta`` is what a calibration file holds and
+    :meth:`Calibration.load` reads back: a mapping of str keys to plain values (None, bool,
+    int, float, str, and lists, tuples and dicts with str keys of them; exactly these types,
+    not subclasses), nested at most ``_META_DEPTH`` deep, ``_META_VALUES`` values in all."""
+    if not isinstance(meta, Mapping):
+        raise CalibrationError(f"meta: expected a mapping of str keys to plain values, got {type(meta).__name__}")
+    todo: list[tuple[str, object, int]] = [("meta", meta, 0)]
+    count = 0
+    while todo:
+        where, x, depth = todo.pop()
+        count += 1
+        if depth > _META_DEPTH or count > _META_VALUES:
+            raise CalibrationError(f"meta: nested deeper than {_META_DEPTH} or more than {_META_VALUES} values")
+        kind = type(x)
+        if kind in _PLAIN:
+            continue
+        if isinstance(x, list | tuple) and kind in (list, tuple):
+            todo.extend((f"{where}[{i}]", y, depth + 1) for i, y in enumerate(x))
+        elif isinstance(x, Mapping) and (kind is dict or x is meta):
+            for k, y in x.items():
+                if type(k) is not str:
+                    raise CalibrationError(f"{where}: key {reprlib.repr(k)} is not a str")
+                todo.append((f"{where}[{reprlib.repr(k)}]", y, depth + 1))
+        else:
+            raise CalibrationError(
+                f"{where}: {type(x).__name__} is not a plain value (None, bool, int, float, str, "
+                "or a list, tuple or dict of them)"
+            )
 
 
 def state_bytes_per_layer(num_kv_heads: int, head_dim: int) -> int:
