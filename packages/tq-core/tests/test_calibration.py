@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -456,3 +457,70 @@ def test_load_raises_calibration_error_naming_the_file(alter, match, gen, tmp_pa
     torch.save(alter(gen, _file_data(gen)), path)
     with pytest.raises(CalibrationError, match=rf"^calibration {re.escape(repr(str(path)))}: .*{match}"):
         Calibration.load(path)
+
+
+def _layer(**changed: torch.Tensor) -> LayerCalibration:
+    z, one = torch.zeros(2, 8), torch.ones(2, 8)
+    args = {"key_offset": z, "key_first_offset": z, "key_gain": one}
+    args |= {"value_offset": z, "value_first_offset": z, "value_gain": one}
+    return LayerCalibration(**(args | changed))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("key_offset", 65520.0, "beyond fp16's range"),  # rounds to inf in fp16
+        ("value_first_offset", -1e6, "beyond fp16's range"),
+        ("key_gain", 1e5, "beyond fp16's range"),
+        ("value_gain", 2.0**-25, "positive in fp16"),  # rounds to 0 in fp16
+        ("key_gain", 1e-9, "positive in fp16"),
+    ],
+)
+def test_the_constructor_rejects_what_a_file_cannot_hold(field, value, match, tmp_path):
+    """A calibration file holds fp16: the constructor refuses a value that fp16 rounds to an
+    infinity, or a gain it rounds to 0 (save wrote them and load refused the file)."""
+    t = torch.ones(2, 8)
+    t[1, 3] = value
+    with pytest.raises(CalibrationError, match=f"{field}: .*{match}"):
+        _layer(**{field: t})
+
+
+def test_what_the_constructor_accepts_save_writes_and_load_reads_back(tmp_path):
+    """The rule's edges: offsets that fp16 rounds to ±65504 and gains it rounds to its
+    smallest subnormal (2^-24) or largest number load back as those fp16 values; a meta of
+    every plain kind loads back equal."""
+    big, tiny = torch.full((2, 8), 65519.0), torch.full((2, 8), 2.0**-25 * 1.01)
+    lay = _layer(key_offset=big, value_first_offset=-big, key_gain=tiny, value_gain=big)
+    meta = {"s": "x", "i": 10**30, "f": math.inf, "b": True, "n": None, "nest": [1, (2.5, {"k": ["v"]})]}
+    Calibration((lay, lay), meta).save(tmp_path / "edge.cal")
+    back = Calibration.load(tmp_path / "edge.cal")
+    assert back.meta == meta
+    for f in LayerCalibration.__dataclass_fields__:
+        assert torch.equal(getattr(back.layers[1], f), getattr(lay, f).half().float()), f
+    assert back.layers[0].key_offset.max() == 65504 and back.layers[0].key_gain.min() == 2.0**-24
+
+
+# what changes after construction, and the error's words after the file's name
+CHANGED_AFTER_CONSTRUCTION = [
+    ("meta path", lambda cal: cal.meta.__setitem__("path", Path("/x")), r"meta\['path'\]: \w*Path is not a plain"),
+    ("meta int key", lambda cal: cal.meta.__setitem__(3, "x"), "meta: key 3 is not a str"),
+    ("nan", lambda cal: cal.layers[1].key_offset.fill_(math.nan), "layer 1 key_offset: holds a NaN"),
+    ("big", lambda cal: cal.layers[0].value_offset.fill_(1e5), "layer 0 value_offset: .*beyond fp16's range"),
+    ("zero gain", lambda cal: cal.layers[1].value_gain.zero_(), "layer 1 value_gain: every gain"),
+    ("resized", lambda cal: cal.layers[0].key_gain.resize_(1, 8), r"layer 0 key_gain: shape \(1, 8\)"),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "match"), [c[1:] for c in CHANGED_AFTER_CONSTRUCTION], ids=[c[0] for c in CHANGED_AFTER_CONSTRUCTION]
+)
+def test_save_refuses_what_load_cannot_read(change, match, gen, tmp_path):
+    """A calibration changed after construction (its meta dict, its tensors in place) so that
+    load would refuse the file: save raises CalibrationError naming the file, and writes
+    nothing."""
+    cal = Calibration((layer_cal(gen, 2, 8), layer_cal(gen, 2, 8)), {"model": "m"})
+    path = tmp_path / "out.cal"
+    change(cal)
+    with pytest.raises(CalibrationError, match=rf"^calibration {re.escape(repr(str(path)))}: not written: .*{match}"):
+        cal.save(path)
+    assert not path.exists()

@@ -49,8 +49,15 @@ _REG = 1e-3
 
 @dataclass(frozen=True)
 class LayerCalibration:
-    """One layer's calibration: six float32 ``[num_kv_heads, head_dim]`` tensors whose
-    values are exactly representable in fp16 (see the module docstring)."""
+    """One layer's calibration: six float32 ``[num_kv_heads, head_dim]`` tensors (see the
+    module docstring).
+
+    The rule for what a calibration must be, which the constructor checks and so
+    :meth:`Calibration.load` too, and :meth:`Calibration.save` checks again before it writes:
+    :meth:`check_tensors` (dense float32 tensors of one shape on one device) and
+    :meth:`check_values` (what a file holds: every value finite in fp16, every gain positive
+    in fp16). A file holds the values rounded to fp16. A call that takes a calibration runs
+    :meth:`check_tensors` again (host-side, cheap); values are not read there."""
 
     key_offset: torch.Tensor
     key_first_offset: torch.Tensor
@@ -61,12 +68,20 @@ class LayerCalibration:
 
     def __post_init__(self) -> None:
         self.check_tensors()
+        self.check_values()
+
+    def check_values(self) -> None:
+        """Raise :class:`CalibrationError` unless every value rounds to a finite fp16 number
+        (``|x| < 65520``) and every gain to a positive one (``> 2^-25``): a file holds them in
+        fp16. Reads the tensors (a device sync)."""
         for f in fields(self):
-            t = getattr(self, f.name)
-            if not bool(torch.isfinite(t).all()):
-                raise CalibrationError(f"{f.name}: holds a NaN or an infinity")
-            if f.name.endswith("gain") and not bool((t > 0).all()):
-                raise CalibrationError(f"{f.name}: every gain must be positive")
+            h = self.values_of(f.name).to(torch.float16)
+            if not bool(torch.isfinite(h).all()):
+                raise CalibrationError(
+                    f"{f.name}: holds a NaN, an infinity or a value beyond fp16's range (|x| >= 65520)"
+                )
+            if f.name.endswith("gain") and not bool((h > 0).all()):
+                raise CalibrationError(f"{f.name}: every gain must be positive in fp16 (above 2^-25)")
 
     def check_tensors(self, what: str = "") -> None:
         """Raise :class:`CalibrationError` unless the six tensors are dense float32
@@ -218,16 +233,33 @@ class Calibration:
 
     def save(self, path: str | Path) -> None:
         """Write to ``path`` (torch's format, tensors and plain values only: :meth:`load`
-        reads it with ``weights_only=True``)."""
+        reads it with ``weights_only=True``). A calibration changed after construction (its
+        meta, its tensors in place) so that :meth:`load` would refuse the file raises
+        :class:`CalibrationError` naming the file, and nothing is written."""
+        p = Path(path)
+        try:
+            self._check_again()
+        except CalibrationError as exc:
+            raise CalibrationError(f"calibration {str(p)!r}: not written: {exc}") from None
         data = {
             "format": FILE_FORMAT,
             "version": FILE_VERSION,
             "meta": dict(self.meta),
             "layers": [
-                {f.name: getattr(lay, f.name).to("cpu", torch.float16) for f in fields(lay)} for lay in self.layers
+                {f.name: lay.values_of(f.name).to("cpu", torch.float16) for f in fields(lay)} for lay in self.layers
             ],
         }
-        torch.save(data, Path(path))
+        torch.save(data, p)
+
+    def _check_again(self) -> None:
+        """The constructors' checks, run again on what this calibration holds now."""
+        for i, lay in enumerate(self.layers):
+            try:
+                lay.check_tensors()
+                lay.check_values()
+            except CalibrationError as exc:
+                raise CalibrationError(f"layer {i} {exc}") from None
+        Calibration(self.layers, self.meta)
 
     @classmethod
     def load(cls, path: str | Path) -> Calibration:
