@@ -26,6 +26,14 @@ def test_format_choice_from_additional_config():
         format_choice({"tq_format": "tq_k4v4"})
 
 
+@pytest.mark.parametrize("bad", [["tq_k4v3"], {"tq_k4v3": 1}, {"tq_k4v3"}, None, 3, b"tq_k4v3", ("tq_k4v3",)])
+def test_format_choice_refuses_a_format_that_is_not_a_name(bad):
+    """Any tq_format but one of the names raises PresetError naming the accepted values (a
+    list, dict or set raised TypeError: unhashable)."""
+    with pytest.raises(PresetError, match=r"tq_format=.*: expected one of \['tq_k4v3', 'tq_k4v4', 'tq_k6v5'\]"):
+        format_choice({"tq_format": bad, "tq_calibration": "/x.cal"})
+
+
 @pytest.mark.parametrize("name", sorted(CARRIER))
 def test_carrier_holds_the_slot(name):
     choice = format_choice({"tq_format": name, "tq_calibration": "/x.cal"})

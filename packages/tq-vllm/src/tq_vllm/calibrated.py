@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import re
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -63,9 +64,10 @@ def format_choice(additional_config: object) -> FormatChoice | None:
     if not isinstance(additional_config, Mapping) or FORMAT_KEY not in additional_config:
         return None
     name = additional_config[FORMAT_KEY]
-    if name not in CALIBRATED_PRESETS:
+    if not isinstance(name, str) or name not in CALIBRATED_PRESETS:
         raise PresetError(
-            f"tq-vllm: additional config {FORMAT_KEY}={name!r}: expected one of {sorted(CALIBRATED_PRESETS)}"
+            f"tq-vllm: additional config {FORMAT_KEY}={reprlib.repr(name)}: "
+            f"expected one of {sorted(CALIBRATED_PRESETS)}"
         )
     path = additional_config.get(CALIBRATION_KEY)
     if not isinstance(path, str) or not path:
