@@ -86,6 +86,26 @@ def test_attention_splits_and_edges(preset, splits, gen, device):
     assert_close(*run_triton(b, splits=splits))
 
 
+@pytest.mark.parametrize("preset", NAMES)
+@pytest.mark.parametrize("splits", [1, 3])
+def test_rows_at_negative_positions_are_zero(preset, splits, gen, device, monkeypatch):
+    """q_len > seq_len, values not checked (TQ_DEBUG off): row ``i`` sits at position
+    ``seq_len - q_len + i``; rows at negative positions see no key and are written as 0
+    (``tq_triton.attention``'s docstring), with one kv split as with several, not the value
+    offset. The other rows are tq_core's rows of a request that ends at the same position."""
+    monkeypatch.setenv("TQ_DEBUG", "0")
+    b = make_batch(gen, preset, [5, 30], [5, 3], head_dim=64, num_kv_heads=2, group=2, device=device)
+    q, kv, bt, sl, qsl, _, scale = b.args()
+    sl = sl.clone()
+    sl[0] = 2  # request 0: 5 query rows over 2 keys, rows 0..2 at positions -3..-1
+    out = torch.full_like(q, float("nan"))
+    tq_triton.attention(q, kv, bt, sl, qsl, preset, scale, out, max_query_len=5, num_kv_splits=splits, **b.extra())
+    assert torch.equal(out[:3], torch.zeros_like(out[:3]))
+    qsl_ref = torch.tensor([0, 2, 5], dtype=qsl.dtype, device=device)
+    ref = tq_core.attention(q[3:].float(), kv, bt, sl, qsl_ref, preset, scale, **b.extra())
+    assert_close(out[3:], ref)
+
+
 def test_first_position_terms_carry_weight(gen, device):
     """The batch's calibration moves position 0's score and value by amounts the tolerance
     sees: attending as if every position were coded against ``mu`` and ``nu`` gives an error

@@ -819,7 +819,8 @@ def gluon_attention_kernel(
             if CALIBRATED:
                 # b is the probability of position 0; the accumulator is rotated: rotate each row
                 # back (the orthonormal Hadamard transform, in the query's layouts), divide by the
-                # value gain and add nu + b (nu0 - nu), as kernel.py does
+                # value gain and add nu + b (nu0 - nu), nu only where the row saw a key, as
+                # kernel.py does
                 o = acc * gl.convert_layout(a / gl.sqrt(D * 1.0), ROWO)[:, None]
                 o = _butterflies(gl.convert_layout(o, QH), BLOCK_M, D, 0, LOG2_D - 1)
                 o = _butterflies(gl.convert_layout(o, QE), BLOCK_M, D, LOG2_D - 1, LOG2_D)
@@ -833,7 +834,8 @@ def gluon_attention_kernel(
                 nu_first_shift = gl.load(ValueFirstOffset + ch_o) - nu
                 inv_gain = 1.0 / gl.load(ValueGain + ch_o)
                 b_o = gl.convert_layout(b, gl.SliceLayout(1, QL))
-                o = o * inv_gain[None, :] + nu[None, :] + b_o[:, None] * nu_first_shift[None, :]
+                seen = gl.convert_layout((l_i > 0).to(gl.float32), gl.SliceLayout(1, QL))
+                o = o * inv_gain[None, :] + seen[:, None] * nu[None, :] + b_o[:, None] * nu_first_shift[None, :]
                 m_o = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, QL))
                 tok_o = qc + m_o // G_PAD
                 row_ok_o = (tok_o < q_len) & (m_o % G_PAD < G)

@@ -270,11 +270,14 @@ def attention_kernel(
 
             a, b = output_factors(l_i, r_i, f_i, q_bad)
             if CALIBRATED:
-                # b is the probability of position 0; the accumulator is rotated
+                # b is the probability of position 0; the accumulator is rotated. A row that saw
+                # no key (l = 0: a negative position) is written as 0, as for vLLM's formats,
+                # so it takes no value offset
                 o = fwht_rows(acc * (a / tl.sqrt(D * 1.0))[:, None], BLOCK_M, D, LOG2_D)
                 nu = tl.load(ValueOffset + ch)
                 nu_first_shift = tl.load(ValueFirstOffset + ch) - nu
-                o = o / tl.load(ValueGain + ch)[None, :] + nu[None, :] + b[:, None] * nu_first_shift[None, :]
+                offset = (l_i > 0).to(tl.float32)[:, None] * nu[None, :] + b[:, None] * nu_first_shift[None, :]
+                o = o / tl.load(ValueGain + ch)[None, :] + offset
             else:
                 o = acc * a[:, None] + b[:, None]
             if NUM_SPLITS == 1:

@@ -552,6 +552,8 @@ def _store_rotated(
     o_1,
     b_0,
     b_1,
+    seen_0,
+    seen_1,
     dest,
     calib,
     G: gl.constexpr,
@@ -565,9 +567,10 @@ def _store_rotated(
     (columns ``2 c``, ``2 c + 1``; ``[8, 4, 16]``, head_dim ``16 g + e``, already times ``a``)
     rotated back (the orthonormal Hadamard transform of each column's 128 positions, in the
     query's layouts), divided by the value gain, plus ``nu + b (nu0 - nu)`` (``b_0``, ``b_1``:
-    each column's probability of position 0), stored as output or partial rows. ``calib``:
-    ``(ValueGain, ValueOffset, ValueFirstOffset, col0, qc, q_len)``, the tile's first column
-    and the chunk's query tokens."""
+    each column's probability of position 0; ``nu`` times ``seen_0``, ``seen_1``: 1.0 where
+    the column saw a key, 0.0 where it saw none and is written as 0), stored as output or
+    partial rows. ``calib``: ``(ValueGain, ValueOffset, ValueFirstOffset, col0, qc, q_len)``,
+    the tile's first column and the chunk's query tokens."""
     QH: gl.constexpr = gl.BlockedLayout([1, D // 2], [16, 2], [1, 1], [1, 0])
     QE: gl.constexpr = gl.BlockedLayout([1, 1], [16, 2], [1, 1], [1, 0])
     QL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (D // 8), D // 8], [1, 1], [1, 0])
@@ -581,12 +584,14 @@ def _store_rotated(
     # each column's b: the same in a column's 8 lanes
     b = gl.reshape(gl.max(gl.join(b_0, b_1), axis=0), [8])
     b = gl.convert_layout(b, gl.SliceLayout(1, QL))
+    seen = gl.reshape(gl.max(gl.join(seen_0, seen_1), axis=0), [8])
+    seen = gl.convert_layout(seen, gl.SliceLayout(1, QL))
     dc = gl.arange(0, D, layout=gl.SliceLayout(0, QL))
     ch = h.to(gl.int64) * D + dc
     nu = gl.load(ValueOffset + ch)
     nu_first_shift = gl.load(ValueFirstOffset + ch) - nu
     inv_gain = 1.0 / gl.load(ValueGain + ch)
-    o = o * inv_gain[None, :] + nu[None, :] + b[:, None] * nu_first_shift[None, :]
+    o = o * inv_gain[None, :] + seen[:, None] * nu[None, :] + b[:, None] * nu_first_shift[None, :]
     n = col0 + gl.arange(0, 8, layout=gl.SliceLayout(1, QL))
     tok = qc + n // G_PAD
     ok = (tok < q_len) & (n % G_PAD < G)
@@ -643,7 +648,8 @@ def _store_columns(
     o_0 = gl.convert_layout(o_0, L16) * gl.convert_layout(fa_0, gl.SliceLayout(2, L16))[:, :, None]
     o_1 = gl.convert_layout(o_1, L16) * gl.convert_layout(fa_1, gl.SliceLayout(2, L16))[:, :, None]
     if CALIBRATED:
-        _store_rotated(o_0, o_1, fb_0, fb_1, dest, calib, G, G_PAD, NUM_Q_HEADS, NUM_SPLITS, D, LOG2_D)
+        seen_0, seen_1 = (lt_0 > 0).to(gl.float32), (lt_1 > 0).to(gl.float32)
+        _store_rotated(o_0, o_1, fb_0, fb_1, seen_0, seen_1, dest, calib, G, G_PAD, NUM_Q_HEADS, NUM_SPLITS, D, LOG2_D)
     else:
         o_0 = o_0 + gl.convert_layout(fb_0, gl.SliceLayout(2, L16))[:, :, None]
         o_1 = o_1 + gl.convert_layout(fb_1, gl.SliceLayout(2, L16))[:, :, None]
