@@ -508,6 +508,7 @@ CHANGED_AFTER_CONSTRUCTION = [
     ("big", lambda cal: cal.layers[0].value_offset.fill_(1e5), "layer 0 value_offset: .*beyond fp16's range"),
     ("zero gain", lambda cal: cal.layers[1].value_gain.zero_(), "layer 1 value_gain: every gain"),
     ("resized", lambda cal: cal.layers[0].key_gain.resize_(1, 8), r"layer 0 key_gain: shape \(1, 8\)"),
+    ("not a layer", lambda cal: cal.layers.append("x"), "layer 2: expected a LayerCalibration, got str"),
 ]
 
 
@@ -518,7 +519,7 @@ def test_save_refuses_what_load_cannot_read(change, match, gen, tmp_path):
     """A calibration changed after construction (its meta dict, its tensors in place) so that
     load would refuse the file: save raises CalibrationError naming the file, and writes
     nothing."""
-    cal = Calibration((layer_cal(gen, 2, 8), layer_cal(gen, 2, 8)), {"model": "m"})
+    cal = Calibration([layer_cal(gen, 2, 8), layer_cal(gen, 2, 8)], {"model": "m"})  # type: ignore[arg-type]
     path = tmp_path / "out.cal"
     change(cal)
     with pytest.raises(CalibrationError, match=rf"^calibration {re.escape(repr(str(path)))}: not written: .*{match}"):

@@ -253,13 +253,13 @@ class Calibration:
 
     def _check_again(self) -> None:
         """The constructors' checks, run again on what this calibration holds now."""
+        Calibration(self.layers, self.meta)
         for i, lay in enumerate(self.layers):
             try:
                 lay.check_tensors()
                 lay.check_values()
             except CalibrationError as exc:
                 raise CalibrationError(f"layer {i} {exc}") from None
-        Calibration(self.layers, self.meta)
 
     @classmethod
     def load(cls, path: str | Path) -> Calibration:
