@@ -70,6 +70,40 @@ class LayerCalibration:
         self.check_tensors()
         self.check_values()
 
+    def check_tensors(self, what: str = "") -> None:
+        """Raise :class:`CalibrationError` unless the six tensors are dense float32
+        ``[num_kv_heads, head_dim]`` tensors with data (not sparse, not on the meta device), all
+        of one shape and on one device (messages start with ``what``). Host-side only, no
+        device read: every call that takes a calibration runs it, because a tensor can be
+        resized in place after construction and the kernels read all six through
+        ``key_offset``'s shape."""
+        tensors = [getattr(self, name) for name in _FIELDS]
+        first = tensors[0]
+        if _dense_float32_matrix(first):
+            shape, device = first.shape, first.device
+            for t in tensors:
+                if not (
+                    isinstance(t, torch.Tensor)
+                    and t.layout == torch.strided
+                    and t.dtype == torch.float32
+                    and t.shape == shape
+                    and t.device == device
+                ):
+                    break
+            else:
+                return
+        # name the first tensor that breaks the rule
+        for field_name, t in zip(_FIELDS, tensors, strict=True):
+            name = what + field_name
+            if not _dense_float32_matrix(t):
+                raise CalibrationError(
+                    f"{name}: expected a dense float32 [num_kv_heads, head_dim] tensor with data, got {_desc(t)}"
+                )
+            if t.shape != first.shape:
+                raise CalibrationError(f"{name}: shape {tuple(t.shape)}, expected {tuple(first.shape)} as key_offset")
+            if t.device != first.device:
+                raise CalibrationError(f"{name}: on {t.device}, key_offset on {first.device}")
+
     def check_values(self) -> None:
         """Raise :class:`CalibrationError` unless every value rounds to a finite fp16 number
         (``|x| < 65520``) and every gain to a positive one (``> 2^-25``): a file holds them in
@@ -82,26 +116,6 @@ class LayerCalibration:
                 )
             if f.name.endswith("gain") and not bool((h > 0).all()):
                 raise CalibrationError(f"{f.name}: every gain must be positive in fp16 (above 2^-25)")
-
-    def check_tensors(self, what: str = "") -> None:
-        """Raise :class:`CalibrationError` unless the six tensors are dense float32
-        ``[num_kv_heads, head_dim]`` tensors with data (not sparse, not on the meta device), all
-        of one shape and on one device (messages start with ``what``).
-        Host-side only, no device read: every call that takes a calibration runs it, because
-        a tensor can be resized in place after construction and the kernels read all six
-        through ``key_offset``'s shape."""
-        first = self.key_offset
-        for f in fields(self):
-            t = getattr(self, f.name)
-            name = what + f.name
-            if not _dense_float32_matrix(t):
-                raise CalibrationError(
-                    f"{name}: expected a dense float32 [num_kv_heads, head_dim] tensor with data, got {_desc(t)}"
-                )
-            if t.shape != first.shape:
-                raise CalibrationError(f"{name}: shape {tuple(t.shape)}, expected {tuple(first.shape)} as key_offset")
-            if t.device != first.device:
-                raise CalibrationError(f"{name}: on {t.device}, key_offset on {first.device}")
 
     @property
     def num_kv_heads(self) -> int:
@@ -162,6 +176,10 @@ class LayerCalibration:
         k = key / self.values_of("key_gain") + self.offset("key", first)
         v = value / self.values_of("value_gain") + self.offset("value", first)
         return k, v
+
+
+# the fields in the order they are declared
+_FIELDS = ("key_offset", "key_first_offset", "key_gain", "value_offset", "value_first_offset", "value_gain")
 
 
 def _dense_float32_matrix(t: object) -> bool:
