@@ -100,7 +100,7 @@ class LayerCalibration:
                     f"{name}: expected a dense float32 [num_kv_heads, head_dim] tensor with data, got {_desc(t)}"
                 )
             if t.shape != first.shape:
-                raise CalibrationError(f"{name}: shape {tuple(t.shape)}, expected {tuple(first.shape)} as key_offset")
+                raise CalibrationError(f"{name}: shape {tuple(t.shape)} differs from key_offset's {tuple(first.shape)}")
             if t.device != first.device:
                 raise CalibrationError(f"{name}: on {t.device}, key_offset on {first.device}")
 
