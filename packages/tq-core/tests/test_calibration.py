@@ -476,7 +476,7 @@ def _layer(**changed: torch.Tensor) -> LayerCalibration:
         ("key_gain", 1e-9, "positive in fp16"),
     ],
 )
-def test_the_constructor_rejects_what_a_file_cannot_hold(field, value, match, tmp_path):
+def test_the_constructor_rejects_what_a_file_cannot_hold(field, value, match):
     """A calibration file holds fp16: the constructor refuses a value that fp16 rounds to an
     infinity, or a gain it rounds to 0 (save wrote them and load refused the file)."""
     t = torch.ones(2, 8)
@@ -519,7 +519,8 @@ def test_save_refuses_what_load_cannot_read(change, match, gen, tmp_path):
     """A calibration changed after construction (its meta dict, its tensors in place) so that
     load would refuse the file: save raises CalibrationError naming the file, and writes
     nothing."""
-    cal = Calibration([layer_cal(gen, 2, 8), layer_cal(gen, 2, 8)], {"model": "m"})  # type: ignore[arg-type]
+    layers = [layer_cal(gen, 2, 8), layer_cal(gen, 2, 8)]  # a list, which "not a layer" appends to
+    cal = Calibration(layers, {"model": "m"})
     path = tmp_path / "out.cal"
     change(cal)
     with pytest.raises(CalibrationError, match=rf"^calibration {re.escape(repr(str(path)))}: not written: .*{match}"):
