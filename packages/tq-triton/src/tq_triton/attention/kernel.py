@@ -93,6 +93,7 @@ def attention_kernel(
     CALIBRATED: tl.constexpr = False,
     VALUE_LUT: tl.constexpr = 0,
     INT_VALUES: tl.constexpr = False,
+    VALUE_PAIRS: tl.constexpr = False,
 ):
     """``PREFETCH``: issue each tile's loads one iteration ahead of its decoding (and its
     block ids two ahead), by hand; the loop then carries no ``num_stages`` of its own
@@ -266,6 +267,7 @@ def attention_kernel(
                     CALIBRATED=CALIBRATED,
                     VALUE_LUT=VALUE_LUT,
                     INT_VALUES=INT_VALUES,
+                    VALUE_PAIRS=VALUE_PAIRS,
                 )
 
             a, b = output_factors(l_i, r_i, f_i, q_bad)
@@ -280,9 +282,14 @@ def attention_kernel(
                 o = o / tl.load(ValueGain + ch)[None, :] + offset
             else:
                 o = acc * a[:, None] + b[:, None]
+            if VALUE_PAIRS and not CALIBRATED:
+                # the accumulator's column c holds head_dim index value_columns(c) (tile.value_pairs)
+                d_out = value_columns(d)
+            else:
+                d_out = d
             if NUM_SPLITS == 1:
                 tl.store(
-                    Out + q_row[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],
+                    Out + q_row[:, None] * stride_ot + head[:, None] * stride_oh + d_out[None, :],
                     o.to(Out.dtype.element_ty),
                     mask=row_ok[:, None],
                 )

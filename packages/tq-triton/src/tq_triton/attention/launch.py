@@ -153,13 +153,8 @@ def attention(
     else:
         partial = lse = dummy(dev)
     grid = (args.num_reqs, hk, plan.splits)
-    kernel_args = [
-        query,
-        kv_cache,
-        block_table,
-        seq_lens,
-        query_start_loc,
-        _centroids(p, d, dev, plan.key_table),
+    head_args = (query, kv_cache, block_table, seq_lens, query_start_loc)
+    tail_args = (
         out,
         partial,
         lse,
@@ -177,31 +172,32 @@ def attention(
         seq_lens.stride(0),
         query_start_loc.stride(0),
         plan.split_programs,
-    ]
-    # False where the Gluon kernel needs more shared memory than the device has: the
-    # portable kernel then runs, with its own centroid tensors. The Gluon kernel looks
-    # calibrated formats' values up in their register table, whatever key_lut says
+    )
+
+    def kernel_args(table: bool) -> tuple:
+        """Every kernel's positional arguments; ``table``: the key and value codebooks as
+        ``key_lut``'s register tables (the Gluon kernels always, the portable one where its
+        ``KEY_LUT`` / ``VALUE_LUT`` ask for them)."""
+        keys = _centroids(p, d, dev, table)
+        return (*head_args, keys, *tail_args, *_calibration_args(p, calibration, d, dev, table))
+
     if plan.token_rows:
-        launch_token_rows(
-            grid, (*kernel_args, *_calibration_args(p, calibration, d, dev, True)), plan.constexprs, plan.options
-        )
+        launch_token_rows(grid, kernel_args(True), plan.constexprs, plan.options)
+    # False where the Gluon kernel needs more shared memory than the device has: the
+    # portable kernel then runs
     gluon = plan.token_rows or (
-        plan.gluon
-        and launch_gluon(
-            grid,
-            (*kernel_args, *_calibration_args(p, calibration, d, dev, True)),
-            plan.constexprs,
-            plan.options,
-            wgmma=plan.wgmma,
-        )
+        plan.gluon and launch_gluon(grid, kernel_args(True), plan.constexprs, plan.options, wgmma=plan.wgmma)
     )
     if not gluon:
-        if plan.gluon:
-            kernel_args[5] = _centroids(p, d, dev, bool(plan.constexprs["KEY_LUT"]))
+        cx = plan.constexprs
+        # the portable kernel's key table follows KEY_LUT; its value table VALUE_LUT
+        keys = _centroids(p, d, dev, bool(cx["KEY_LUT"]))
         attention_kernel[grid](
-            *kernel_args,
-            *_calibration_args(p, calibration, d, dev, bool(plan.constexprs["VALUE_LUT"])),
-            **plan.constexprs,
+            *head_args,
+            keys,
+            *tail_args,
+            *_calibration_args(p, calibration, d, dev, bool(cx["VALUE_LUT"])),
+            **cx,
             num_warps=plan.cfg.num_warps,
             **plan.options,
         )
@@ -219,10 +215,11 @@ def attention(
             NUM_SPLITS=plan.splits,
             SPLITS_PAD=next_pow2(plan.splits),
             D=d,
-            # the Gluon kernel keeps uniform values' columns in value_words order; calibrated
-            # formats' outputs are rotated back in the kernel, in head_dim order, and the
-            # token-rows kernel stores head_dim order
-            VALUE_COLUMNS=gluon and not p.calibrated and not plan.token_rows,
+            # the Gluon kernel and the portable one with VALUE_PAIRS keep uniform values'
+            # columns in value_words order; calibrated formats' outputs are rotated back in the
+            # kernel, in head_dim order, and the token-rows kernel stores head_dim order
+            VALUE_COLUMNS=(gluon and not p.calibrated and not plan.token_rows)
+            or (not gluon and bool(plan.constexprs["VALUE_PAIRS"])),
             SKIP_EMPTY=plan.constexprs["SKIP_EMPTY"],
             num_warps=MERGE_WARPS,
         )

@@ -256,7 +256,16 @@ def kernel_constexprs(
         CALIBRATED=preset.calibrated,
         VALUE_LUT=value_lut,
         INT_VALUES=bool(cfg.int_values) and preset.value_kind == "symmetric",
+        VALUE_PAIRS=value_pairs(preset),
     )
+
+
+def value_pairs(preset: Preset) -> bool:
+    """Whether the portable kernel decodes the preset's values two per 32-bit operation
+    (``tile.value_pairs``: uniform 4-bit codes, k8v4, k3v4_nc and 4bit_nc), which leaves its
+    value product's columns in ``value_words.value_columns`` order: its output stores and
+    the split merge then map them back."""
+    return not preset.calibrated and preset.value_bits == 4
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,28 @@ def load_tile(
 
 
 @triton.jit
+def _half_pair(x):
+    """The two fp16 halves of the 32-bit words ``x`` (low half first, in a new last axis)."""
+    return tl.join(x.to(tl.uint16), (x >> 16).to(tl.uint16)).to(tl.float16, bitcast=True)
+
+
+@triton.jit
+def value_pairs(w, T: tl.constexpr, D: tl.constexpr):
+    """Uniform 4-bit value codes ``[T, D]`` minus 8 as fp16, two per 32-bit operation, in
+    ``value_words.value_columns``' column order: nibbles ``J`` and ``J + 4`` of each word
+    (16 bits apart) become one fp16 pair ``0x6400 | code`` (the number ``1024 + code``),
+    centred by one exact subtraction."""
+    x0 = (w & 0x000F000F) | 0x64006400
+    x1 = ((w >> 4) & 0x000F000F) | 0x64006400
+    x2 = ((w >> 8) & 0x000F000F) | 0x64006400
+    x3 = ((w >> 12) & 0x000F000F) | 0x64006400
+    # word J of each group of four: join(join(x0, x2), join(x1, x3)) reshapes to x0..x3; then
+    # each word's halves, low first: column 8 w + 2 J + h
+    x = tl.join(tl.join(x0, x2), tl.join(x1, x3)).reshape(T, D // 2)
+    return _half_pair(x).reshape(T, D) - 1032.0
+
+
+@triton.jit
 def attend_tile(
     q16,
     q_scale,
@@ -115,6 +137,7 @@ def attend_tile(
     CALIBRATED: tl.constexpr = False,
     VALUE_LUT: tl.constexpr = 0,
     INT_VALUES: tl.constexpr = False,
+    VALUE_PAIRS: tl.constexpr = False,
 ):
     """Decode one loaded tile (:func:`load_tile`'s tuple) and fold it into the online
     softmax state ``(m_i, l_i, acc, r_i, f_i)``, which it returns updated, by
@@ -179,9 +202,12 @@ def attend_tile(
         acc = tl.dot(w, v16, acc * factor[:, None])
         r_i = row_sum(r_i, alpha, p, (pos == 0).to(tl.float32))
     else:
-        # fp16 code - 2^(VBITS-1), exact: 0x6400 | code is the fp16 number 1024 + code
-        vc = unpack(cvw, VBITS, BLOCK_KV, D)
-        v16 = (vc | 0x6400).to(tl.uint16).to(tl.float16, bitcast=True) - (1024.0 + (1 << (VBITS - 1)))
+        if VBITS == 4 and VALUE_PAIRS:
+            v16 = value_pairs(cvw[0], BLOCK_KV, D)
+        else:
+            # fp16 code - 2^(VBITS-1), exact: 0x6400 | code is the fp16 number 1024 + code
+            vc = unpack(cvw, VBITS, BLOCK_KV, D)
+            v16 = (vc | 0x6400).to(tl.uint16).to(tl.float16, bitcast=True) - (1024.0 + (1 << (VBITS - 1)))
         acc = tl.dot(w, v16, acc * factor[:, None])
         r_i = row_sum(r_i, alpha, p, value_mid(cvz, vscale, VBITS))
     return m_i, l_i, acc, r_i, f_i
