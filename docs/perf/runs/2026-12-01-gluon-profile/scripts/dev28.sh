@@ -1,7 +1,0 @@
-#!/usr/bin/env bash
-set -u
-python3 -m pip install -q --no-index --find-links .whl hatchling editables 2>&1 | tail -1
-python3 -m pip install -q --no-index --no-deps --no-build-isolation -e packages/tq-core -e packages/tq-triton 2>&1 | tail -1
-git log --oneline -1; git status --short | head
-timeout 200 python3 .ab/sweep28.py 2>&1 | grep -v Warn | tee $OUT/sweep28.txt
-cd packages/tq-triton && TQ_TEST_DEVICE=cuda timeout 300 python3 -m pytest tests -q -n 8 -p no:cacheprovider 2>&1 | tail -4 | tee $OUT/gpu-tests.txt
