@@ -16,11 +16,17 @@ DISTS = ("tq-core", "tq-triton", "tq-sycl", "tq-vllm")
 
 @nox.session(tags=["tests", "ci", "full"])
 def lint(session: nox.Session) -> None:
-    """ruff over the whole repository; every package's LICENSE copy equals the root LICENSE."""
+    """ruff over the whole repository; every package's LICENSE copy equals the root LICENSE; the
+    docs name only code, files, links and sessions that exist, and run records hold no code
+    (tools/check_docs.py); docs/perf/h200.md and the README's results table are what
+    docs/perf/scripts/render_h200.py makes from the latest bench JSON; ab_refs.sh parses."""
     install(session, "ruff==0.17.6")
     session.run("ruff", "check", str(ROOT))
     session.run("ruff", "format", "--check", "--diff", str(ROOT))
     _license_copies_match(session)
+    session.run("python", str(ROOT / "tools" / "check_docs.py"))
+    session.run("python", str(ROOT / "docs" / "perf" / "scripts" / "render_h200.py"), "--check")
+    session.run("bash", "-n", str(ROOT / "docs" / "perf" / "scripts" / "ab_refs.sh"), external=True)
 
 
 def _license_copies_match(session: nox.Session) -> None:

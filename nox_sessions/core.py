@@ -19,6 +19,8 @@ def tests_core(session: nox.Session) -> None:
     """tq-core's test suite on CPU torch."""
     install_core(session)
     pytest(session, pkg("tq-core") + "/tests")
+    # the README's Python quick start runs as written
+    session.run("python", str(ROOT / "tools" / "check_docs.py"), "--run-python", str(ROOT / "README.md"))
 
 
 @nox.session
@@ -46,6 +48,8 @@ def tests_eval(session: nox.Session) -> None:
     install_eval(session)
     session.env["TQ_EVAL_REQUIRED"] = "1"
     pytest(session, pkg("tq-core") + "/tests/test_eval_model.py", "--durations=5")
+    # tools/train_byte_llama.py (the second eval model's trainer) still imports and parses
+    session.run("python", str(ROOT / "tools" / "train_byte_llama.py"), "--help", silent=True)
 
 
 @nox.session(name="eval")

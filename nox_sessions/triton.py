@@ -6,7 +6,7 @@ import os
 
 import nox
 
-from ._util import TRITON, collect_selection, install, install_core, pkg, pytest, see_host_packages
+from ._util import ROOT, TRITON, collect_selection, install, install_core, pkg, pytest, see_host_packages
 
 
 def _interpreter_tests(session: nox.Session, *, quick: bool) -> None:
@@ -21,6 +21,12 @@ def _interpreter_tests(session: nox.Session, *, quick: bool) -> None:
     pytest(session, pkg("tq-triton") + "/tests", "-n", "auto", "--dist", "worksteal", "--durations=10")
     # the twin session's selection still collects
     collect_selection(session, pkg("tq-triton") + "/tests", quick=not quick)
+    # docs/perf/scripts/static_loop.py, the static count of the attention loops (no GPU: it
+    # compiles for sm_90), on one configuration of each kernel it counts, so that it keeps
+    # working as the kernels change (a few seconds each)
+    static_loop = str(ROOT / "docs" / "perf" / "scripts" / "static_loop.py")
+    for args in (("--preset", "turboquant_k3v4_nc", "--block-kv", "32", "--warps", "1"), ("--gluon", "1")):
+        session.run("python", static_loop, *args, "--top", "3", env={"TRITON_INTERPRET": "0"})
 
 
 @nox.session(name="tests-triton", tags=["tests", "ci"])
