@@ -519,6 +519,8 @@ def check_text(text: str, doc: Path) -> list[str]:
                         report(n, f"[{name.strip()}]: {why}")
         # the packages' dotted names anywhere: prose, inline code and fenced blocks
         for m in TOP_DOTTED_RE.finditer(line):
+            if m.start() and line[m.start() - 1] == "`":
+                continue  # inline code: checked above
             if why := check_dotted(m.group(0).rstrip(".")):
                 report(n, f"{m.group(0)}: {why}")
         for m in REPO_PATH_RE.finditer(line):

@@ -8,6 +8,9 @@ under docs/perf/runs/<run>/), point SOURCE at that file and run, from the reposi
     python3 docs/perf/scripts/render_h200.py          # rewrite h200.md and the README table
     python3 docs/perf/scripts/render_h200.py --check  # exit 1 where either differs (CI: nox -s lint)
 
+``--check`` also fails where a run record later than SOURCE's holds the JSON of a whole run
+(finished, every format and shape, the default kernels): the page shows the latest one.
+
 Standard library only (no torch): the ``lint`` session runs ``--check`` on every CI run.
 """
 
@@ -191,6 +194,7 @@ def page(b: Bench, source: str) -> str:
         f"- {m['device']}, torch {m['torch']}, Triton {m['triton']}, {m['date']};"
         f" copy bandwidth {m['copy_bandwidth_gbs']:.0f} GB/s.",
         f"- Command: `{m['command']}`.",
+        *([f"- Kernels: {m['kernel']} only."] if m.get("kernel", "default") != "default" else []),
         "- Each cell: the median time of CUDA-graph replays in ms, and in brackets how many times",
         f"  faster than the fastest bf16 kernel of its shape; bold: at least {b.factor}x (the gate).",
         "",
@@ -233,6 +237,30 @@ def readme_with(text: str, table: str) -> str:
     return before + table + after
 
 
+def is_full_run(path: Path) -> bool:
+    """Whether ``path`` is the JSON of a whole `tq bench` run: finished, every format, every
+    named shape (no --shapes / --presets), the default kernels."""
+    try:
+        data = json.loads(path.read_text())
+        meta, rows = data["meta"], data["rows"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    command = meta.get("command", "")
+    partial = any(opt in command for opt in ("--shapes", "--presets", "--kernel portable"))
+    formats = {r.get("preset") for r in rows}
+    return meta.get("complete") is True and not partial and set(FORMATS) <= formats
+
+
+def newer_runs(source: str) -> list[str]:
+    """Whole `tq bench` runs committed in a run record later than SOURCE's."""
+    runs = ROOT / "docs/perf/runs"
+    record = Path(source).relative_to("docs/perf/runs").parts[0]
+    found = []
+    for record_dir in sorted(d for d in runs.iterdir() if d.is_dir() and d.name > record):
+        found += [p.relative_to(ROOT).as_posix() for p in sorted(record_dir.rglob("*.json")) if is_full_run(p)]
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 where an output differs")
@@ -252,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             path.write_text(text)
             print(f"wrote {path.relative_to(ROOT)}")
+    if args.check and (newer := newer_runs(args.source)):
+        print(f"a later whole `tq bench` run is committed: {', '.join(newer)}; point SOURCE at it and run this script")
+        return 1
     if args.check and stale:
         names = ", ".join(str(p.relative_to(ROOT)) for p in stale)
         print(f"{names}: not what {Path(__file__).name} makes from {args.source}; run it without --check")
