@@ -219,7 +219,7 @@ def run_tq(
     case: Case, out: torch.Tensor | None = None, impl: Callable[..., torch.Tensor] = attention, **kw
 ) -> torch.Tensor:
     """``impl`` (default ``tq_triton.attention``) on the case; a variant with the same signature
-    can stand in (docs/perf/scripts/decode_ablation.py); ``kw`` goes to it (``config``, say)."""
+    can stand in; ``kw`` goes to it (``config``, say)."""
     return impl(
         case.query,
         case.kv_cache,
