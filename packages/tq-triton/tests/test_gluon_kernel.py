@@ -1,4 +1,4 @@
-"""The explicit-layout kernel (``attention/gluon_kernel.py``, ``TQ_GLUON=1``).
+"""The explicit-layout kernel (``nvidia/gluon_kernel.py``, ``TQ_GLUON=1``).
 
 Gluon kernels do not run under Triton's interpreter. On any machine the kernel is compiled
 for sm_90 (the PTX must hold the m16n8k16 matrix instruction, or Hopper's warpgroup
@@ -26,10 +26,11 @@ from tqt_helpers import ON_GPU, assert_close, make_batch, run_triton
 
 import tq_core
 from tq_core.testing.quick import cover, quick_enabled
-from tq_triton.attention import gluon_launch, launch, plan
+from tq_triton.attention import launch, plan
 from tq_triton.device import DeviceFacts
 from tq_triton.device_tensors import cached_value_codebook, codebook, lut_table
 from tq_triton.key_lut import lut_words, selectors_fn
+from tq_triton.nvidia import gluon_launch
 from tq_triton.value_words import value_columns_fn
 
 needs_gluon = pytest.mark.skipif(not plan.gluon_available(), reason="this Triton has no Gluon")
@@ -371,7 +372,7 @@ def test_a_kernel_too_large_for_the_device_falls_back(preset, gen, device, monke
 def test_launch_gluon_remembers_a_kernel_too_large(monkeypatch):
     from triton.runtime.errors import OutOfResources
 
-    from tq_triton.attention import gluon_kernel
+    from tq_triton.nvidia import gluon_kernel
 
     tries = []
 

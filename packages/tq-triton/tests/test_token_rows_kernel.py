@@ -1,4 +1,4 @@
-"""The token-rows kernel (``attention/token_rows_kernel.py``, ``TQ_GLUON=1 TQ_TOKEN_ROWS=1``).
+"""The token-rows kernel (``nvidia/token_rows_kernel.py``, ``TQ_GLUON=1 TQ_TOKEN_ROWS=1``).
 
 Gluon kernels do not run under Triton's interpreter. On any machine the kernel is compiled
 for sm_90 (the PTX must hold the m16n8k16 products and the ``movmatrix`` transposes, and no
@@ -25,8 +25,9 @@ from tqt_canary import check_calibrated_hostile_batch
 from tqt_helpers import ON_GPU, assert_close, make_batch, run_triton
 
 import tq_core
-from tq_triton.attention import gluon_launch, launch, plan
+from tq_triton.attention import launch, plan
 from tq_triton.device import DeviceFacts
+from tq_triton.nvidia import gluon_launch
 from tq_triton.tuning import AttentionConfig
 
 H100 = DeviceFacts(name="NVIDIA H100", nvidia=True, capability=(9, 0), multiprocessors=132)

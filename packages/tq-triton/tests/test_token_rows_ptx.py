@@ -1,4 +1,4 @@
-"""The token-rows kernel's inline PTX (``attention/token_rows_ptx.py``) run on the host by a
+"""The token-rows kernel's inline PTX (``nvidia/token_rows_ptx.py``) run on the host by a
 model of one warp: each of the 32 lanes runs the block line by line in lockstep, and the
 warp-wide ``mma.sync`` m16n8k16 and ``movmatrix`` gather and scatter the fragments as the
 PTX ISA lays them out. Each lane gets the operands that ``token_rows_ptx``'s docstring says
@@ -17,9 +17,9 @@ import torch
 from test_key_lut import _b32, _f16x2, prmt
 
 import tq_core
-from tq_triton.attention import token_rows_ptx as ptx
 from tq_triton.device_tensors import codebook
 from tq_triton.key_lut import lut_words
+from tq_triton.nvidia import token_rows_ptx as ptx
 from tq_triton.value_words import nibbles_fn
 
 MASK = 0xFFFFFFFF

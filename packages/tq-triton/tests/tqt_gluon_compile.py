@@ -12,8 +12,8 @@ import json
 import re
 import sys
 
-from tq_triton.attention.gluon_kernel import gluon_attention_kernel
-from tq_triton.attention.gluon_launch import compile_gluon
+from tq_triton.nvidia.gluon_kernel import gluon_attention_kernel
+from tq_triton.nvidia.gluon_launch import compile_gluon
 
 # the kernel parameter that holds the centroid table (the constexprs, which have no PTX
 # parameter, all come after it)

@@ -11,7 +11,7 @@ import json
 import re
 import sys
 
-from tq_triton.attention.gluon_launch import compile_token_rows
+from tq_triton.nvidia.gluon_launch import compile_token_rows
 
 
 def _tile_loop(lines: list[str]) -> list[bool]:

@@ -7,7 +7,7 @@ Entry ``t`` of a field of kv head ``h`` in block ``b`` starts at byte
 A kernel computes the start of its (block, head), ``Cache + b * block_stride + h *
 HEAD_STRIDE``, in the order that suits its loop, and :func:`field_ptr` adds the rest.
 
-The Gluon kernel restates the rule in ``attention/gluon_kernel._load_tile`` instead of
+The Gluon kernel restates the rule in ``nvidia/gluon_kernel._load_tile`` instead of
 calling :func:`field_ptr`: it takes one address per group of ``TPB`` positions that share a
 block and field (``OFF + first * WIDTH`` from the block's start, ``first`` the group's first
 position in its block) and adds each element's offset inside the group in its explicit

@@ -82,7 +82,7 @@ class AttentionConfig:
     # only -inf log-sum-exps that the merge then skips. Tables set it with split_budget where
     # the same sweep found it faster
     skip_empty: int = 0
-    # 1 (with gluon 1) runs the token-rows kernel (attention/token_rows_kernel.py) where it
+    # 1 (with gluon 1) runs the token-rows kernel (nvidia/token_rows_kernel.py) where it
     # applies (plan.token_rows_refusal: k8v4, k3v4_nc, 4bit_nc, 3bit_nc, tq_k4v3 and tq_k4v4
     # at head_dim 128, the longest q_len times the padded GQA group at most 16, block sizes of
     # at least 16): scores as K Q^T with the tokens on the matrix unit's rows, keys and values

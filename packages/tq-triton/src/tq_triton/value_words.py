@@ -1,5 +1,5 @@
 """The column order of 4-bit value codes decoded two per 32-bit operation (the Gluon kernel's
-value decode, ``attention/gluon_kernel._value_words_to_fp16``).
+value decode, ``nvidia/gluon_kernel._value_words_to_fp16``).
 
 Nibbles ``J`` and ``J + 4`` of a little-endian 32-bit word sit 16 bits apart, so one shift,
 one mask and one OR turn them into the two halves of an fp16 pair: ``0x6400 | code`` is the

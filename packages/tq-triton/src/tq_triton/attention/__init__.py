@@ -8,9 +8,10 @@
   kernel;
 - :mod:`.tile`: jit helpers that load one K/V tile and attend to it;
 - :mod:`.bounds`: one program's metadata, clamped, and its kv split, compiled by both
-  attention kernels;
-- :mod:`.gluon_kernel`: the attention kernel with explicit layouts (Gluon), NVIDIA GPUs only;
-- :mod:`.gluon_launch`: the Gluon kernel's launch and its compile for sm_90 without a GPU.
+  attention kernels.
+
+The NVIDIA-only kernels that the plan may choose instead of the portable one (Gluon, inline
+PTX) are in :mod:`tq_triton.nvidia`.
 """
 
 from .launch import attention

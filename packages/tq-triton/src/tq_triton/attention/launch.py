@@ -12,8 +12,8 @@ from tq_core.contract import check_attention_args, debug_enabled
 
 from ..device import device_facts
 from ..device_tensors import cached_codebook, cached_lut_table, cached_value_codebook, cached_value_lut_table, dummy
+from ..nvidia.gluon_launch import launch_gluon, launch_token_rows
 from ..tuning import AttentionConfig
-from .gluon_launch import launch_gluon, launch_token_rows
 from .kernel import MERGE_WARPS, attention_kernel, merge_kernel
 from .plan import MAX_BLOCK_M, longest_query, next_pow2, plan_attention
 

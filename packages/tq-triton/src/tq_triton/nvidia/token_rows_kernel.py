@@ -7,17 +7,17 @@ Same arguments, results and memory rules as ``gluon_kernel.gluon_attention_kerne
 fp8, 3- or 4-bit codebook keys with uniform 4-bit values (k8v4, k3v4_nc, 4bit_nc), 3-bit keys
 with uniform 3-bit values (3bit_nc), and 4-bit keys with 3-bit Lloyd-Max or 4-bit symmetric
 values (tq's calibrated tq_k4v3, tq_k4v4), at head_dim 128 and block sizes of at least 16
-(``plan.token_rows_refusal``). Where the Gluon kernel decodes a
+(``attention.plan.token_rows_refusal``). Where the Gluon kernel decodes a
 tile into shared memory and has each warp read it back as operand fragments, here one warp
 decodes each key chunk and value word straight into the ``mma.sync`` operand registers that
 multiply it (``token_rows_ptx`` says which thread holds what): no shared buffer, no barrier,
 and a decode step of one query token with 4 q heads per kv head pads 4 of 8 columns, not
 12 of 16 rows. One warp per program; ``BLOCK_KV`` is ``16 * MT`` tokens, ``MT`` row tiles.
 
-The online softmax is ``online_softmax``'s arithmetic (lazy maximum, lazy scale reference,
-centred value codes), per query column: a thread keeps the maximum of its two columns (all
-lanes of a column agree) and partial sums over its own tokens, added over the column's
-8 lanes at the end.
+The online softmax is ``attention.online_softmax``'s arithmetic (lazy maximum, lazy scale
+reference, centred value codes), per query column: a thread keeps the maximum of its two
+columns (all lanes of a column agree) and partial sums over its own tokens, added over the
+column's 8 lanes at the end.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from ..attention.bounds import request_bounds_fn
+from ..attention.online_softmax import nonfinite_rows_fn, output_factors_fn, row_lse_fn, saturate_fn
 from ..key_lut import magnitude_selectors_fn
 from ..value_words import nibbles_fn
 from . import token_rows_ptx as ptx
-from .bounds import request_bounds_fn
 from .gluon_kernel import _balanced_chunk, _butterflies, load_blocks, register_table
-from .online_softmax import nonfinite_rows_fn, output_factors_fn, row_lse_fn, saturate_fn
 
 _request_bounds = gluon.jit(request_bounds_fn)
 _output_factors = gluon.jit(output_factors_fn)

@@ -1,6 +1,6 @@
 """The attention kernel with explicit layouts (Gluon), for NVIDIA GPUs.
 
-Same arguments, results and memory rules as ``kernel.attention_kernel``, for vLLM's presets:
+Same arguments, results and memory rules as ``attention.kernel.attention_kernel``, for vLLM's presets:
 fp8, 3- or 4-bit codebook keys with uniform 4-bit values (k8v4, k3v4_nc, 4bit_nc), and 3-bit
 codebook keys with uniform 3-bit values (3bit_nc); and for tq's calibrated formats with 4-bit
 keys and 3-bit Lloyd-Max or 4-bit symmetric values (tq_k4v3, tq_k4v4; not tq_k6v5). What it
@@ -33,10 +33,10 @@ states that Triton chooses for the portable kernel:
 Gluon kernels do not run under Triton's interpreter: ``tests/test_gluon_kernel.py``
 compiles this one for sm_90 on any machine and tests it against tq-core on a GPU. It is
 launched where ``AttentionConfig.gluon`` is 1 (the H200 table's entries, or ``TQ_GLUON``),
-on cuda, for the launches ``plan.gluon_refusal`` does not refuse.
+on cuda, for the launches ``attention.plan.gluon_refusal`` does not refuse.
 
-The tile step's arithmetic is ``online_softmax``'s, compiled here as Gluon: the portable
-kernel computes the same numbers.
+The tile step's arithmetic is ``attention.online_softmax``'s, compiled here as Gluon: the
+portable kernel computes the same numbers.
 """
 
 from __future__ import annotations
@@ -46,10 +46,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 
-from ..key_lut import LUT16_PAIRS_PTX, LUT_PAIRS_PTX, magnitude_selectors_fn, selectors_fn
-from ..value_words import value_columns_fn
-from .bounds import balanced_chunk_fn, request_bounds_fn
-from .online_softmax import (
+from ..attention.bounds import balanced_chunk_fn, request_bounds_fn
+from ..attention.online_softmax import (
     nonfinite_rows_fn,
     output_factors_fn,
     row_lse_fn,
@@ -58,6 +56,8 @@ from .online_softmax import (
     tile_step_fn,
     value_mid_fn,
 )
+from ..key_lut import LUT16_PAIRS_PTX, LUT_PAIRS_PTX, magnitude_selectors_fn, selectors_fn
+from ..value_words import value_columns_fn
 from .token_rows_ptx import SYMMETRIC_PAIRS_PTX
 
 # Triton 3.6 calls the CTA-wide barrier thread_barrier; later versions call it barrier

@@ -1,6 +1,6 @@
 """The explicit-layout kernel's (``gluon_kernel``) launch, and its compile for an NVIDIA
 target without a GPU (tests). Where it applies is the launch plan's decision
-(``plan.gluon_refusal``)."""
+(``attention.plan.gluon_refusal``)."""
 
 from __future__ import annotations
 
