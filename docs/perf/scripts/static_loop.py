@@ -10,7 +10,7 @@ through the line table. Example, the shipped H200 decode configuration::
     PYTHONPATH=/tmp/t36:packages/tq-core/src:packages/tq-triton/src \\
         python3 docs/perf/scripts/static_loop.py --preset turboquant_k3v4_nc --block-kv 32 --warps 1
 
-``--gluon 1`` counts the explicit-layout kernel (attention/gluon_kernel.py) instead, with
+``--gluon 1`` counts the explicit-layout kernel (nvidia/gluon_kernel.py) instead, with
 ``--wgmma 1`` Hopper's warpgroup products (64 rows).
 Static counts rank the work in a loop; they do not predict time (docs/perf/h200.md).
 """
@@ -38,8 +38,10 @@ from tq_triton.tuning import AttentionConfig
 
 # the attention package's kernel module (tq_triton/attention/kernel.py)
 KERNEL = importlib.import_module("tq_triton.attention.kernel")
-# where the line table's file names are looked up: the attention package, then tq_triton
-SOURCE_DIRS = (Path(KERNEL.__file__).parent, Path(KERNEL.__file__).parent.parent)
+# where the line table's file names are looked up: the attention package, the NVIDIA kernels'
+# package (the Gluon kernel), then tq_triton
+TQ_TRITON = Path(KERNEL.__file__).parent.parent
+SOURCE_DIRS = (TQ_TRITON / "attention", TQ_TRITON / "nvidia", TQ_TRITON)
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 INSTR = re.compile(r"\s*/\*([0-9a-f]{4,6})\*/\s+(.*?);")
 LABEL = re.compile(r"\s*(\.L_x_\d+):")
@@ -177,7 +179,7 @@ def main() -> None:
         ap.error("rows (group x block-q) must be >= 16 and group a power of two")
 
     if args.gluon:
-        from tq_triton.attention.gluon_launch import compile_gluon
+        from tq_triton.nvidia.gluon_launch import compile_gluon
 
         kernel = compile_gluon(
             args.preset,
