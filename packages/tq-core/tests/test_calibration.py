@@ -526,3 +526,124 @@ def test_save_refuses_what_load_cannot_read(change, match, gen, tmp_path):
     with pytest.raises(CalibrationError, match=rf"^calibration {re.escape(repr(str(path)))}: not written: .*{match}"):
         cal.save(path)
     assert not path.exists()
+
+
+def _samples(gen: torch.Generator, b: int, hk: int, group: int, t: int, d: int, shift: float = 0.0):
+    """Queries, keys and values whose channels differ in scale and offset (``shift`` moves
+    the keys' and values' means), and an output projection."""
+    q = randn(gen, b, hk * group, t, d) * torch.linspace(0.2, 3.0, d)
+    k = randn(gen, b, hk, t, d) * torch.linspace(2.0, 0.5, d) + 5.0 + shift * torch.linspace(-1, 1, d)
+    v = randn(gen, b, hk, t, d) * torch.linspace(0.5, 1.5, d) + torch.arange(d) * (1 + shift)
+    w = randn(gen, 16, hk * group * d)
+    return q, k, v, w
+
+
+def test_add_first_counts_position_zero_only(gen):
+    """add_first: its rows' position 0 joins the position-0 offsets (a mean over every
+    sample of position 0), and nothing else changes: not the offsets past position 0, not
+    the gains, not the token count."""
+    b, hk, group, t, d = 3, 2, 3, 20, 8
+    q, k, v, w = _samples(gen, b, hk, group, t, d)
+    k1, v1 = randn(gen, 5, hk, 1, d) * 3 - 2, randn(gen, 5, hk, 1, d) + 7
+    plain, more = CalibrationStats(), CalibrationStats()
+    plain.add(0, q, k, v)
+    more.add(0, q, k, v)
+    more.add_first(0, k1, v1)
+    a, c = plain.finish(1, [w]).layer(0), more.finish(1, [w]).layer(0)
+    firsts_k = torch.cat([k[:, :, 0], k1[:, :, 0]]).double().mean(0)
+    firsts_v = torch.cat([v[:, :, 0], v1[:, :, 0]]).double().mean(0)
+    torch.testing.assert_close(c.key_first_offset.double(), firsts_k, rtol=1e-3, atol=2e-3)
+    torch.testing.assert_close(c.value_first_offset.double(), firsts_v, rtol=1e-3, atol=2e-3)
+    assert not torch.equal(a.key_first_offset, c.key_first_offset)
+    for f in ("key_offset", "key_gain", "value_offset", "value_gain"):
+        assert torch.equal(getattr(a, f), getattr(c, f)), f
+    assert plain.tokens == more.tokens == b * t
+    with pytest.raises(tq_core.ShapeError, match="do not form"):
+        more.add_first(0, k1, v1[:, :1, :, :4])
+
+
+def _score_error_by_samples(lay: LayerCalibration, q, k, v, w, group: int) -> dict[str, np.ndarray]:
+    """expected_score_error computed from the samples themselves, in numpy, per kv head."""
+    hk, d = lay.key_offset.shape
+    cal = {f: getattr(lay, f).double().numpy() for f in ("key_offset", "key_first_offset", "key_gain")}
+    cal |= {f: getattr(lay, f).double().numpy() for f in ("value_offset", "value_first_offset", "value_gain")}
+    q, k, v = (x.double().numpy() for x in (q, k, v))
+    g = np.square(w.double().numpy()).sum(0).reshape(hk, group, d).sum(1)
+    out: dict[str, np.ndarray] = {p: np.zeros(hk) for p in ("key", "key_first", "value", "value_first")}
+    for h in range(hk):
+        qq = np.square(q[:, h * group : (h + 1) * group]).reshape(-1, d).mean(0)
+        for part, x, sl, off, gain, signal in (
+            ("key", k, slice(1, None), "key_offset", "key_gain", qq),
+            ("key_first", k, slice(0, 1), "key_first_offset", "key_gain", qq),
+            ("value", v, slice(1, None), "value_offset", "value_gain", g[h]),
+            ("value_first", v, slice(0, 1), "value_first_offset", "value_gain", g[h]),
+        ):
+            coded = (x[:, h, sl].reshape(-1, d) - cal[off][h]) * cal[gain][h]
+            out[part][h] = np.square(coded).sum(1).mean() * (signal / np.square(cal[gain][h])).sum()
+    return out
+
+
+def test_expected_score_error_against_samples(gen):
+    """expected_score_error from the statistics' sums equals E||a (x - mu)||^2 * sum(signal / a^2)
+    computed over the samples, for a calibration made elsewhere (random offsets and gains)."""
+    b, hk, group, t, d = 4, 2, 3, 30, 8
+    q, k, v, w = _samples(gen, b, hk, group, t, d)
+    stats = CalibrationStats()
+    stats.add(0, q, k, v)
+    stats.add(1, q * 2, k - 1, v + 1)
+    lays = [layer_cal(gen, hk, d), layer_cal(gen, hk, d)]
+    got = tq_core.calibration.expected_score_error(Calibration(tuple(lays)), stats, [w, w])
+    for i, (qi, ki, vi) in enumerate(((q, k, v), (q * 2, k - 1, v + 1))):
+        want = _score_error_by_samples(lays[i], qi, ki, vi, w, group)
+        for part, values in want.items():
+            np.testing.assert_allclose(got[part][i].numpy(), values, rtol=1e-6, err_msg=f"layer {i} {part}")
+    # without output weights the value signal is 1 per channel
+    ones = tq_core.calibration.expected_score_error(Calibration((lays[0],)), _one_layer(q, k, v))
+    want = _score_error_by_samples(lays[0], q, k, v, torch.ones(1, hk * group * d) / math.sqrt(group), group)
+    np.testing.assert_allclose(ones["value"][0].numpy(), want["value"], rtol=1e-6)
+
+
+def _one_layer(q, k, v) -> CalibrationStats:
+    stats = CalibrationStats()
+    stats.add(0, q, k, v)
+    return stats
+
+
+def test_held_out_report_is_one_on_the_calibration_text_and_more_elsewhere(gen):
+    """A calibration's report on its own statistics reads 1 for every part; on statistics of
+    other text (shifted means) it reads more than 1 for keys and values past position 0 (its
+    offsets and gains are off the optimum, which a calibration on that text reaches within
+    the regularisation), and the uncalibrated code reads far more than 1 for keys."""
+    b, hk, group, t, d = 4, 2, 3, 40, 16
+    q, k, v, w = _samples(gen, b, hk, group, t, d)
+    q2, k2, v2, _ = _samples(gen, b, hk, group, t, d, shift=1.5)
+    cal = _one_layer(q, k, v).finish(1, [w])
+    same = tq_core.calibration.held_out_report(cal, _one_layer(q, k, v), [w])
+    for part in tq_core.calibration.HELD_OUT_PARTS:
+        assert same.ratio[part] == pytest.approx((1.0,), abs=1e-12), part
+    other = tq_core.calibration.held_out_report(cal, _one_layer(q2, k2, v2), [w])
+    assert other.ratio["key"][0] > 1.05 and other.ratio["value"][0] > 1.05
+    assert other.uncalibrated["key"][0] > 2 * other.ratio["key"][0]
+    assert other.tokens == b * t and other.worst("key") == (0, other.ratio["key"][0])
+    lines = other.lines()
+    assert len(lines) == 4 and lines[0].startswith("  keys ") and f"{other.ratio['key'][0]:.3f}x" in lines[0]
+    # the minimum over gains (Cauchy-Schwarz) bounds every calibration's score error
+    held = _one_layer(q2, k2, v2)
+    m = held.moments(0)
+    var = m["kk"] - m["k"] ** 2
+    best = ((m["qq"] * var).sqrt().sum(-1)) ** 2
+    for lay in (cal.layer(0), layer_cal(gen, hk, d), held.finish(1, [w]).layer(0)):
+        err = tq_core.calibration.expected_score_error(Calibration((lay,)), held)["key"][0]
+        assert (err >= best * (1 - 1e-9)).all()
+
+
+def test_held_out_report_refuses_statistics_of_another_model(gen):
+    q, k, v, w = _samples(gen, 2, 2, 3, 10, 8)
+    cal = _one_layer(q, k, v).finish(1, [w])
+    two = _one_layer(q, k, v)
+    two.add(1, q, k, v)
+    with pytest.raises(CalibrationError, match=r"hold layers \[0, 1\], the calibration has 1"):
+        tq_core.calibration.expected_score_error(cal, two)
+    q4, k4, v4, _ = _samples(gen, 2, 1, 3, 10, 8)
+    with pytest.raises(tq_core.ShapeError, match=r"shape \(1, 8\), the calibration's \(2, 8\)"):
+        tq_core.calibration.expected_score_error(cal, _one_layer(q4, k4, v4))

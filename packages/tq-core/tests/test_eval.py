@@ -11,7 +11,7 @@ import torch
 from tq_core.cli import main
 from tq_core.contract import core_backend
 from tq_core.errors import BackendUnavailableError, PresetError, RangeError
-from tq_core.eval import cache_attention, model, run
+from tq_core.eval import cache_attention, calibrate, model, run
 from tq_core.eval.cache_attention import (
     RAW,
     CacheAttention,
@@ -234,3 +234,126 @@ def test_dispatch_refuses_a_kv_cache():
 
     with pytest.raises(RuntimeError, match="without a KV cache"):
         cache_attention._dispatch(Layer(), q, k, k, None, 1.0)
+
+
+def test_split_count_and_spread():
+    assert calibrate.split_count(16, 2) == [8, 8]
+    assert calibrate.split_count(5, 3) == [2, 2, 1]
+    assert calibrate.split_count(1, 2) == [1, 0]
+    assert calibrate.split_count(0, 2) == [0, 0]
+    assert calibrate.spread(101, 5) == [0, 25, 50, 75, 100]
+    assert calibrate.spread(10, 1) == [0] and calibrate.spread(10, 0) == []
+    with pytest.raises(RangeError, match="parts >= 1"):
+        calibrate.split_count(3, 0)
+
+
+def test_calibration_windows_split_over_the_texts():
+    """Windows split evenly over the texts, each share spread over its own text; single
+    tokens for position 0 likewise; a text whose share is 0 is left out."""
+    a = calibrate.CalibrationText("a" * 1000, "A")
+    b = calibrate.CalibrationText("".join(chr(ord("b") + i % 20) for i in range(500)), "B")
+    tok = ByteTokenizer()
+    cw = calibrate.calibration_windows([a, b], tok, 5, 100, first_positions=7)
+    assert [len(w) for w in cw.ids] == [100] * 5
+    assert cw.ids[:3] == [list(b"a" * 100)] * 3
+    assert cw.ids[3:] == make_windows(b.text, tok, 2, 100).ids
+    assert cw.texts == [{"label": "A", "windows": 3}, {"label": "B", "windows": 2}]
+    bytes_b = list(b.text.encode())
+    assert cw.first == [ord("a")] * 4 + [bytes_b[0], bytes_b[250], bytes_b[499]]
+    one = calibrate.calibration_windows([a, b], tok, 1, 100)
+    assert one.texts == [{"label": "A", "windows": 1}] and one.first == []
+    with pytest.raises(RangeError, match="no text"):
+        calibrate.calibration_windows([], tok, 1, 100)
+
+
+def test_calibration_texts_default_to_the_mixed_builtins(tmp_path):
+    """No text: the docstrings and the source code of the same modules, labelled; a file by
+    its path; an unknown built-in names the known ones."""
+    texts = calibrate.load_calibration_texts(None)
+    assert [t.label.split(" (")[0] for t in texts] == ["stdlib docstrings", "stdlib source"]
+    docs, source = (t.text for t in texts)
+    assert "def " not in docs[:2000] and "import " in source[:5000] and "class ArgumentParser" in source
+    assert docs == calibrate.default_calibration_text()
+    f = tmp_path / "mine.txt"
+    f.write_text("my text", encoding="utf-8")
+    assert calibrate.load_calibration_texts([str(f), "builtin:docstrings"])[0] == calibrate.CalibrationText(
+        "my text", str(f)
+    )
+    assert calibrate.load_calibration_text(None)[0] == docs
+    with pytest.raises(RangeError, match=r"builtin:nope.*'builtin:docstrings', 'builtin:source'"):
+        calibrate.load_calibration_texts(["builtin:nope"])
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_calibration_text_options_repeat(monkeypatch):
+    """tq calibrate --text / --held-out and tq eval --calibration-text take several texts,
+    in order; their defaults are None (the mixed built-ins, no held-out text)."""
+    from tq_core.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["calibrate", "--out", "x", "--text", "a.txt", "--text", "builtin:source"])
+    assert args.text == ["a.txt", "builtin:source"] and args.held_out is None and args.first_positions == 256
+    args = parser.parse_args(["calibrate", "--out", "x", "--held-out", "h.txt", "--held-out", "g.txt"])
+    assert args.held_out == ["h.txt", "g.txt"] and args.text is None and args.held_out_windows == 4
+    seen: list[run.EvalConfig] = []
+
+    def evaluate(cfg: run.EvalConfig, **kwargs: object) -> None:
+        seen.append(cfg)
+        raise _Stop
+
+    monkeypatch.setattr(run, "evaluate", evaluate)
+    for argv, want in (
+        (["--calibration-text", "a.txt", "--calibration-text", "builtin:source"], ("a.txt", "builtin:source")),
+        ([], None),
+    ):
+        with pytest.raises(_Stop):
+            main(["eval", "-q", *argv])
+        assert seen[-1].calibration_text == want
+
+
+class _TwoLayerModel(torch.nn.Module):
+    """Calls the active attention function of tq eval for two layers with queries, keys and
+    values drawn from an embedding of the ids (2 query heads, 1 kv head, head_dim 4)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(256, 12)
+        torch.nn.init.normal_(self.emb.weight, generator=torch.Generator().manual_seed(0))
+
+    def qkv(self, ids: torch.Tensor, layer: int) -> tuple[torch.Tensor, ...]:
+        x = self.emb(ids) * (layer + 1) + layer  # [B, T, 12]
+        q = x[..., :8].reshape(*ids.shape, 2, 4).transpose(1, 2)
+        k, v = (x[..., i : i + 4][:, None] for i in (4, 8))
+        return q, k, v
+
+    def forward(self, ids: torch.Tensor, use_cache: bool = False) -> None:
+        for layer in range(2):
+            cache_attention._active[-1](layer, *self.qkv(ids, layer), 0.5)
+
+
+def test_collect_stats_records_windows_then_position_zero_only():
+    """collect_stats: every window through CalibrationStats.add, then the single tokens
+    through add_first only (their queries and later positions are not counted)."""
+    from tq_core import CalibrationStats
+
+    model = _TwoLayerModel()
+    cw = calibrate.CalibrationWindows([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10], [11, 12, 13, 14, 15]], [20, 21, 22])
+    got = calibrate.collect_stats(model, cw, batch=2)
+    want = CalibrationStats()
+    with torch.inference_mode():
+        for rows in ([0, 1], [2]):
+            ids = torch.tensor([cw.ids[r] for r in rows])
+            for layer in range(2):
+                want.add(layer, *model.qkv(ids, layer))
+        for layer in range(2):
+            _, k, v = model.qkv(torch.tensor(cw.first)[:, None], layer)
+            want.add_first(layer, k, v)
+    assert got.tokens == want.tokens == 15 and got.layers() == [0, 1]
+    for layer in range(2):
+        a, b = got.moments(layer), want.moments(layer)
+        for name in a:
+            torch.testing.assert_close(a[name], b[name], rtol=1e-12, atol=1e-12, msg=f"layer {layer} {name}")
+    assert not cache_attention._active

@@ -150,3 +150,41 @@ def test_calibrated_formats_beat_vllms_formats_of_more_bytes(tmp_path, capsys):
     # the state shared over one 256-token window: 768 bytes per layer and kv head / 256
     assert by["tq_k4v3"]["bytes_at_window"] == pytest.approx(60 + 768 / 256)
     assert result["meta"]["calibration"]["windows"] == 2
+
+
+def test_calibrate_mixes_texts_and_reports_held_out_ones(tmp_path, capsys):
+    """tq calibrate's default mixes the built-in docstrings and source code, half the windows
+    each; --held-out on the text and windows the calibration was made from reads 1.000x for
+    every part (the same statistics), on other prose more than 1 for keys and values, and the
+    uncalibrated code far more for keys."""
+    import re
+
+    from tq_core import Calibration
+    from tq_core.eval.text import default_text
+
+    cal, prose = tmp_path / "c.cal", tmp_path / "prose.txt"
+    prose.write_text(default_text()[:40_000], encoding="utf-8")
+    argv = ["calibrate", "-q", "--windows", "2", "--window", "128", "--first-positions", "16", "--out", str(cal)]
+    assert main([*argv, "--held-out", "builtin:docstrings", "--held-out", str(prose), "--held-out-windows", "1"]) == 0
+    out = capsys.readouterr().out
+    meta = Calibration.load(cal).meta
+    assert [t["windows"] for t in meta["texts"]] == [1, 1] and meta["first_positions"] == 16
+    assert "1 of stdlib docstrings" in out and "1 of stdlib source" in out
+    reports = out.split("held-out ")[1:]
+    assert len(reports) == 2 and reports[1].startswith(str(prose))
+
+    def ratios(report: str) -> dict[str, tuple[float, float]]:
+        rows = re.findall(r"^  (\S.*?)\s+(\d+\.\d+)x of its own .* uncalibrated (\d+\.\d+)x$", report, re.M)
+        return {name: (float(r), float(u)) for name, r, u in rows}
+
+    # the held-out docstrings: the calibration's first window, 16 single tokens (it had 8): not the
+    # same statistics, so only close to 1
+    docs, other = ratios(reports[0]), ratios(reports[1])
+    assert set(docs) == set(other) == {"keys", "keys at position 0", "values", "values at position 0"}
+    assert all(0.5 < r < 1.5 for r, _ in docs.values())
+    assert other["keys"][0] > 1.0 and other["values"][0] > 1.0 and other["keys"][1] > 2.0
+    # the same text, windows and single tokens as the calibration: exactly its statistics
+    same = ["calibrate", "-q", "--text", "builtin:docstrings", "--windows", "1", "--window", "128"]
+    same += ["--first-positions", "8", "--out", str(cal), "--held-out", "builtin:docstrings", "--held-out-windows", "1"]
+    assert main(same) == 0
+    assert all(r == 1.0 for r, _ in ratios(capsys.readouterr().out).values())

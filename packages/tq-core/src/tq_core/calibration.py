@@ -385,9 +385,19 @@ class _LayerSums:
     def __init__(self, hk: int, d: int) -> None:
         z = torch.zeros(hk, d, dtype=torch.float64)
         self.n = self.n0 = self.nq = 0
-        self.k, self.kk, self.k0 = z.clone(), z.clone(), z.clone()
-        self.v, self.vv, self.v0 = z.clone(), z.clone(), z.clone()
+        self.k, self.kk, self.k0, self.kk0 = z.clone(), z.clone(), z.clone(), z.clone()
+        self.v, self.vv, self.v0, self.vv0 = z.clone(), z.clone(), z.clone(), z.clone()
         self.qq = z.clone()
+
+    def moments(self) -> dict[str, torch.Tensor]:
+        """Per channel ``[H, d]``: mean and second moment of keys and values past / at position
+        0 (``k``, ``kk``, ``k0``, ``kk0``, ``v``, ...), and the queries' second moment ``qq``."""
+        n, n0 = max(self.n, 1), max(self.n0, 1)
+        return {
+            "k": self.k / n, "kk": self.kk / n, "k0": self.k0 / n0, "kk0": self.kk0 / n0,
+            "v": self.v / n, "vv": self.vv / n, "v0": self.v0 / n0, "vv0": self.vv0 / n0,
+            "qq": self.qq / max(self.nq, 1),
+        }  # fmt: skip
 
 
 class CalibrationStats:
@@ -395,7 +405,9 @@ class CalibrationStats:
     they give (:meth:`finish`).
 
     :meth:`add` takes one forward pass's ``query [B, Hq, T, d]``, ``key`` and ``value``
-    ``[B, Hk, T, d]`` of a layer (keys after RoPE), for rows that start at position 0.
+    ``[B, Hk, T, d]`` of a layer (keys after RoPE), for rows that start at position 0;
+    :meth:`add_first` only their position 0 (more samples of the attention sink's offsets
+    from short rows, which cost a forward pass of one token each).
     """
 
     def __init__(self) -> None:
@@ -419,16 +431,45 @@ class CalibrationStats:
             ("kk", rest_k.square().sum((0, 2))),
             ("v", rest_v.sum((0, 2))),
             ("vv", rest_v.square().sum((0, 2))),
-            ("k0", k[:, :, 0].sum(0)),
-            ("v0", v[:, :, 0].sum(0)),
             ("qq", q.square().sum((0, 2, 3))),
         ):
             getattr(s, name).add_(part.cpu())
         s.n += b * (t - 1)
-        s.n0 += b
         s.nq += b * (hq // hk) * t
+        self._add_first(s, k[:, :, 0], v[:, :, 0])
         if layer == 0:
             self.tokens += b * t
+
+    def add_first(self, layer: int, key: torch.Tensor, value: torch.Tensor) -> None:
+        """Position 0 of ``key`` and ``value`` ``[B, Hk, T, d]`` (rows that start at position 0),
+        counted in the position-0 offsets only."""
+        if key.dim() != 4 or value.shape != key.shape or key.shape[2] < 1:
+            raise ShapeError(
+                f"calibration: key {tuple(key.shape)}, value {tuple(value.shape)} do not form [B, Hk, T, d]"
+            )
+        s = self._sums.setdefault(layer, _LayerSums(key.shape[1], key.shape[3]))
+        self._add_first(s, key[:, :, 0].double(), value[:, :, 0].double())
+
+    @staticmethod
+    def _add_first(s: _LayerSums, k0: torch.Tensor, v0: torch.Tensor) -> None:
+        for name, part in (
+            ("k0", k0.sum(0)),
+            ("kk0", k0.square().sum(0)),
+            ("v0", v0.sum(0)),
+            ("vv0", v0.square().sum(0)),
+        ):
+            getattr(s, name).add_(part.cpu())
+        s.n0 += k0.shape[0]
+
+    def layers(self) -> list[int]:
+        """The layers seen, in order."""
+        return sorted(self._sums)
+
+    def moments(self, layer: int) -> dict[str, torch.Tensor]:
+        """Layer ``layer``'s per-channel moments (see ``_LayerSums.moments``)."""
+        if layer not in self._sums:
+            raise CalibrationError(f"calibration: no statistics for layer {layer}")
+        return self._sums[layer].moments()
 
     def finish(
         self,
@@ -450,14 +491,10 @@ class CalibrationStats:
             v_var = (s.vv / s.n - nu * nu).clamp(min=0)
             key_gain = _gain(s.qq / s.nq, k_var)
             w = None if output_weights is None else output_weights[i]
-            w = None if w is None else w.detach().cpu()
             if w is None:
                 value_gain = torch.ones(hk, d, dtype=torch.float64)
             else:
-                if w.dim() != 2 or w.shape[1] % (hk * d):
-                    raise ShapeError(f"output_weights[{i}]: shape {tuple(w.shape)}, expected [hidden, Hq * {d}]")
-                g = w.double().square().sum(0).view(hk, -1, d).sum(1)
-                value_gain = _gain(g, v_var)
+                value_gain = _gain(_value_signal(w, hk, d, i), v_var)
             layers.append(
                 LayerCalibration(
                     key_offset=_fp16(mu),
@@ -472,6 +509,126 @@ class CalibrationStats:
         return Calibration(tuple(layers), info)
 
 
+def _value_signal(w: torch.Tensor, hk: int, d: int, layer: int) -> torch.Tensor:
+    """``[H, d]``: the squared column norms of a layer's output projection ``w [hidden, Hq * d]``,
+    summed over the query heads that read each kv head's values."""
+    w = w.detach().cpu()
+    if w.dim() != 2 or w.shape[1] % (hk * d):
+        raise ShapeError(f"output_weights[{layer}]: shape {tuple(w.shape)}, expected [hidden, Hq * {d}]")
+    return w.double().square().sum(0).view(hk, -1, d).sum(1)
+
+
+# the four parts of a held-out report: keys and values past position 0, and at position 0
+HELD_OUT_PARTS = ("key", "key_first", "value", "value_first")
+_PART_NAMES = ("keys", "keys at position 0", "values", "values at position 0")
+
+
+def expected_score_error(
+    calibration: Calibration,
+    stats: CalibrationStats,
+    output_weights: Sequence[torch.Tensor | None] | None = None,
+) -> dict[str, torch.Tensor]:
+    """Per part of :data:`HELD_OUT_PARTS`, ``[num_layers, num_kv_heads]``: the error a code
+    whose error is spread evenly over the coded vector's channels, at a fixed relative error,
+    puts into what attention computes, when the text of ``stats`` is coded with
+    ``calibration``, up to that relative error's factor (module docstring):
+
+    - keys: ``E||a * (k - mu)||^2 * sum_c E[q_c^2] / a_c^2``, the expected squared error of
+      a score ``q . k``;
+    - values: ``E||b * (v - nu)||^2 * sum_c g_c / b_c^2``, with ``g`` the output projection's
+      squared column norms of the heads that read the value (``output_weights[i]``; None or
+      missing: ``g = 1``), the expected squared error of the layer's output;
+
+    with the offsets and moments at position 0 for the ``*_first`` parts (the same gains).
+    Each is at least its minimum over offsets and gains, ``(sum_c sqrt(E[q_c^2] Var[k_c]))^2``
+    (Cauchy-Schwarz), reached by the mean and ``a_c = (E[q_c^2] / Var[k_c]) ** (1/4)``."""
+    layers = stats.layers()
+    if layers != list(range(calibration.num_layers)):
+        raise CalibrationError(
+            f"held-out statistics hold layers {layers}, the calibration has {calibration.num_layers}"
+        )
+    out: dict[str, list[torch.Tensor]] = {name: [] for name in HELD_OUT_PARTS}
+    for i, lay in enumerate(calibration.layers):
+        m = stats.moments(i)
+        if m["k"].shape != lay.key_offset.shape:
+            raise ShapeError(
+                f"held-out statistics of layer {i}: shape {tuple(m['k'].shape)}, "
+                f"the calibration's {tuple(lay.key_offset.shape)}"
+            )
+        hk, d = lay.key_offset.shape
+        w = None if output_weights is None or i >= len(output_weights) else output_weights[i]
+        g = torch.ones(hk, d, dtype=torch.float64) if w is None else _value_signal(w, hk, d, i)
+        cal = {f: lay.values_of(f).detach().cpu().double() for f in _FIELDS}
+        for name, kind, x, xx, offset in (
+            ("key", "key", m["k"], m["kk"], cal["key_offset"]),
+            ("key_first", "key", m["k0"], m["kk0"], cal["key_first_offset"]),
+            ("value", "value", m["v"], m["vv"], cal["value_offset"]),
+            ("value_first", "value", m["v0"], m["vv0"], cal["value_first_offset"]),
+        ):
+            gain2 = cal[f"{kind}_gain"].square()
+            signal = m["qq"] if kind == "key" else g
+            energy = (gain2 * (xx - 2 * x * offset + offset * offset)).sum(-1)
+            out[name].append(energy * (signal / gain2).sum(-1))
+    return {name: torch.stack(v) for name, v in out.items()}
+
+
+@dataclass(frozen=True)
+class HeldOutReport:
+    """How a calibration carries to a held-out text: per part of :data:`HELD_OUT_PARTS`, per
+    layer, :func:`expected_score_error` on the held-out text with the calibration, over the
+    same with the held-out text's own calibration (``ratio``, 1 = as good as calibrating on
+    that text), and without any calibration (``uncalibrated``: no offsets, gains of 1, as
+    vLLM's formats code), summed over kv heads. ``tokens``: the held-out tokens seen."""
+
+    ratio: Mapping[str, tuple[float, ...]]
+    uncalibrated: Mapping[str, tuple[float, ...]]
+    tokens: int
+
+    def mean(self, part: str, of: str = "ratio") -> float:
+        values = getattr(self, of)[part]
+        return sum(values) / len(values)
+
+    def worst(self, part: str) -> tuple[int, float]:
+        """``(layer, ratio)`` of the layer whose ratio is largest."""
+        values = self.ratio[part]
+        i = max(range(len(values)), key=values.__getitem__)
+        return i, values[i]
+
+    def lines(self) -> list[str]:
+        """The report as printed by ``tq calibrate --held-out``."""
+        out = []
+        for part, what in zip(HELD_OUT_PARTS, _PART_NAMES, strict=True):
+            layer, worst = self.worst(part)
+            out.append(
+                f"  {what:21} {self.mean(part):6.3f}x of its own calibration's (worst layer {layer}: {worst:.3f}x); "
+                f"uncalibrated {self.mean(part, 'uncalibrated'):.2f}x"
+            )
+        return out
+
+
+def held_out_report(
+    calibration: Calibration,
+    held_out: CalibrationStats,
+    output_weights: Sequence[torch.Tensor | None] | None = None,
+) -> HeldOutReport:
+    """Compare ``calibration`` on the held-out text of ``held_out`` with that text's own
+    calibration and with none (:class:`HeldOutReport`)."""
+    own = held_out.finish(calibration.num_layers, output_weights)
+    first = calibration.layers[0]
+    zero = torch.zeros(first.num_kv_heads, first.head_dim)
+    one = torch.ones_like(zero)
+    none = Calibration(tuple(LayerCalibration(zero, zero, one, zero, zero, one) for _ in calibration.layers))
+    mine, theirs, plain = (
+        {k: v.sum(-1) for k, v in expected_score_error(c, held_out, output_weights).items()}
+        for c in (calibration, own, none)
+    )
+    return HeldOutReport(
+        ratio={k: tuple((mine[k] / theirs[k]).tolist()) for k in HELD_OUT_PARTS},
+        uncalibrated={k: tuple((plain[k] / theirs[k]).tolist()) for k in HELD_OUT_PARTS},
+        tokens=held_out.tokens,
+    )
+
+
 def amortised_bytes(slot_bytes: float, state_bytes_per_head: float, tokens: int) -> float:
     """Bytes per token and kv head: the slot plus calibration state (bytes per kv head)
     shared over ``tokens`` tokens."""
@@ -479,9 +636,13 @@ def amortised_bytes(slot_bytes: float, state_bytes_per_head: float, tokens: int)
 
 
 __all__ = [
+    "HELD_OUT_PARTS",
     "Calibration",
     "CalibrationStats",
+    "HeldOutReport",
     "LayerCalibration",
     "amortised_bytes",
+    "expected_score_error",
+    "held_out_report",
     "state_bytes_per_layer",
 ]

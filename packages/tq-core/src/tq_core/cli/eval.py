@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         prompt_chunk=args.prompt_chunk,
         calibration=args.calibration,
-        calibration_text=args.calibration_text,
+        calibration_text=None if args.calibration_text is None else tuple(args.calibration_text),
         **sizes,
     )
 
@@ -168,7 +168,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--calibration-text",
         metavar="PATH",
-        help="a UTF-8 text to calibrate the tq_* formats on (default: standard-library docstrings)",
+        action="append",
+        help="a UTF-8 text (or builtin:docstrings / builtin:source) to calibrate the tq_* formats on; repeat to "
+        "mix several (default: standard-library docstrings and source code)",
     )
     add_device_option(p, help="default auto")
     p.add_argument("--backend", default="auto", help="tq backend by name (default auto: the best for the device)")

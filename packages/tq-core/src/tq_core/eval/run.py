@@ -20,7 +20,7 @@ from ..contract import core_backend, select_backend
 from ..errors import BackendUnavailableError, PresetError, RangeError
 from ..presets import CALIBRATED_PRESETS, PRESETS, get_preset
 from .cache_attention import RAW, CacheAttention, format_names, layer_formats, register
-from .calibrate import calibrate_model, load_calibration_text
+from .calibrate import calibrate_model, load_calibration_texts
 from .metrics import Summary, WindowScores, summarize
 from .model import load_model, model_folder, require_transformers
 from .text import load_text, make_windows
@@ -38,7 +38,8 @@ class EvalConfig:
     (each token reads its own step's keys and values raw), the rest as decode steps.
     Calibrated formats use ``calibration`` (a file from ``tq calibrate``), or else a
     calibration made first from ``calibration_windows`` windows of ``calibration_text`` (a
-    UTF-8 file; None: standard-library docstrings, never the scored text)."""
+    UTF-8 file or ``builtin:NAME``, or several, the windows split over them; None:
+    standard-library docstrings and source code, never the scored text)."""
 
     model: str | None = None
     text: str | None = None
@@ -54,7 +55,7 @@ class EvalConfig:
     prompt_chunk: int = 0
     prompt_len: int | None = None
     calibration: str | None = None
-    calibration_text: str | None = None
+    calibration_text: str | tuple[str, ...] | None = None
     calibration_windows: int = 16
 
 
@@ -295,10 +296,11 @@ def _calibration(
     if cfg.calibration is not None:
         say(f"reading calibration {cfg.calibration}")
         return Calibration.load(cfg.calibration)
-    text, label = load_calibration_text(cfg.calibration_text)
-    say(f"calibrating on {label}")
+    specs = cfg.calibration_text
+    texts = load_calibration_texts([specs] if isinstance(specs, str) else specs)
+    say(f"calibrating on {' + '.join(t.label for t in texts)}")
     return calibrate_model(
-        model, tokenizer, num_layers, text, label, cfg.calibration_windows, cfg.window, cfg.batch, model_label
+        model, tokenizer, num_layers, texts, cfg.calibration_windows, cfg.window, cfg.batch, model_label
     )
 
 
