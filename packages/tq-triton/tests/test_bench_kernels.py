@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 import torch
-from tqt_helpers import assert_close
+from tqt_helpers import assert_close, make_batch, reference
 
 import tq_core
 from tq_triton import bench
@@ -82,3 +82,47 @@ def test_portable_case_matches_the_reference(preset, device):
     assert_close(got.float().cpu(), want)
     with pytest.raises(ValueError, match="kernel 'vendor'"):
         bench.case_plan(case, "vendor")
+
+
+@pytest.mark.parametrize("preset", ["turboquant_k8v4", "tq_k4v3"])
+def test_a_plan_made_once_serves_every_call_of_its_shapes(preset, gen, device, monkeypatch):
+    """``attention_plan`` then ``attention(plan=)``: tq_core's results for two batches of the
+    same shapes, with no tuning lookup or environment read in the calls; a plan for other
+    heads or another preset is refused with ShapeError."""
+    import tq_triton
+    from tq_triton import tuning
+
+    one = make_batch(gen, preset, [70, 33, 5], [1, 3, 2], head_dim=64, num_kv_heads=2, group=4, device=device)
+    two = make_batch(gen, preset, [9, 120, 64], [2, 1, 3], head_dim=64, num_kv_heads=2, group=4, device=device)
+    q, cache = one.args()[0], one.args()[1]
+    plan = tq_triton.attention_plan(q, cache, 3, preset, max_query_len=3)
+    other = tq_triton.attention_plan(q[:, :4], cache, 3, preset, max_query_len=3)
+    wrong = dataclasses.replace(
+        plan, constexprs=_plan_of(q, cache, "tq_k4v4" if preset == "tq_k4v3" else "turboquant_k3v4_nc")
+    )
+
+    def no_lookup(*a, **k):
+        raise AssertionError("attention(plan=) looked the tuning table or the environment up")
+
+    monkeypatch.setattr(tuning, "_env_overrides", no_lookup)
+    monkeypatch.setattr(tuning, "attention_config_for", no_lookup)
+    for b in (one, two):
+        out = tq_triton.attention(*b.args(), plan=plan, **b.extra())
+        assert_close(out.float(), reference(b))
+    with pytest.raises(tq_core.ShapeError, match="NUM_Q_HEADS"):
+        tq_triton.attention(*one.args(), plan=other, **one.extra())
+    with pytest.raises(tq_core.ShapeError, match="other shapes or another preset"):
+        tq_triton.attention(*one.args(), plan=wrong, **one.extra())
+    with pytest.raises(tq_core.ShapeError, match="device"):
+        tq_triton.attention(*one.args(), plan=dataclasses.replace(plan, device="NVIDIA H200"), **one.extra())
+
+
+def _plan_of(q, cache, preset):
+    """The constexprs of a plan for ``preset`` on a cache of the same bytes per slot where the
+    layout allows (else another layout: the check must refuse either way)."""
+    import tq_triton
+
+    p = tq_core.get_preset(preset)
+    slot = p.layout(q.shape[2]).slot_size_aligned
+    fake = cache.new_zeros(cache.shape[0], cache.shape[1], cache.shape[2], slot)
+    return tq_triton.attention_plan(q, fake, 3, preset, max_query_len=3).constexprs

@@ -7,6 +7,7 @@ reference in tqv_helpers.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -261,3 +262,43 @@ def test_stats_file(tmp_path, monkeypatch):
     assert stats()["layers"] == {"decode": ["model.layers.7.self_attn.attn"]} and stats()["max"] == {"decode_q_len": 5}
     reset_stats()
     assert stats() == {"counts": {}, "max": {}, "layers": {}}
+
+
+def test_launch_plan_is_made_once_per_step_and_geometry(gen, seed, device):
+    """A backend with ``plan_attention``: the step's first layer makes the launch plan, every
+    later layer of the same geometry reuses it (``plan=``), and the outputs are the
+    reference's; a new step (its own ``launch_plans``) plans again."""
+    rng = random.Random(seed)
+    reqs = [Req(rng.randint(1, 60), q, False) for q in (1, 3, 1, 2)]
+    batch = make_batch(gen, reqs, preset="turboquant_k3v4_nc", device=device, block_size=16)
+    base = select_kernels(device)
+    made, seen = [], []
+
+    def plan_attention(query, kv_cache, num_reqs, preset, max_query_len):
+        made.append((tuple(query.shape[1:]), num_reqs, max_query_len, preset.name))
+        return object()
+
+    def attention(*args, plan=None, **kw):
+        seen.append(plan)
+        return base.attention(*args, **kw)
+
+    backend = dataclasses.replace(base, attention=attention, plan_attention=plan_attention)
+    base.store(batch.key, batch.value, batch.kv_cache, batch.slot_mapping, batch.preset)
+    plan = plan_for(batch, threshold=7, max_q_len=query_len_limit(base))
+    for _step in range(2):
+        plans: dict = {}
+        for _layer in range(3):
+            out = torch.zeros_like(batch.query)
+            step = step_of(batch, out)
+            run_batch(backend, plan, dataclasses.replace(step, launch_plans=plans))
+            assert_matches_reference(
+                out[: batch.num_tokens], batch, decode_like(batch, True, 7), backend=base.name, device=device
+            )
+    d = plan.decode
+    assert made == [(tuple(batch.query.shape[1:]), d.num_reqs, d.max_q_len, "turboquant_k3v4_nc")] * 2
+    assert len(seen) == 6 and seen[0] is seen[1] is seen[2] and seen[3] is seen[4] is seen[5]
+    assert seen[0] is not seen[3]
+    # a step that keeps no plans (launch_plans None) plans inside each call
+    seen.clear()
+    run_batch(backend, plan, step_of(batch, torch.zeros_like(batch.query)))
+    assert seen == [None] and len(made) == 2

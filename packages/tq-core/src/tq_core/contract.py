@@ -66,7 +66,11 @@ class Backend:
     still computed correctly, slower); ``None`` means no limit. ``takes_max_query_len``:
     its attention accepts the ``max_query_len=`` tile hint. ``calibrated``: its store and
     attention implement tq's calibrated formats (``calibration=``, and the store's
-    ``positions=``, as tq-core's).
+    ``positions=``, as tq-core's). ``plan_attention``: where not None, the backend plans its
+    attention launches once for many calls: ``plan_attention(query, kv_cache, num_reqs,
+    preset, max_query_len)`` (shapes only, never values) returns a plan that ``attention``
+    takes as ``plan=`` for every call with those shapes (vLLM's plugin makes one per step and
+    kv-cache geometry); None: each call plans itself.
     """
 
     name: str
@@ -79,6 +83,7 @@ class Backend:
     takes_max_query_len: bool = False
     auto_device_types: tuple[str, ...] | None = None
     calibrated: bool = False
+    plan_attention: Callable[..., object] | None = None
 
     def picked_automatically_on(self, device_type: str) -> bool:
         allowed = self.device_types if self.auto_device_types is None else self.auto_device_types

@@ -19,8 +19,17 @@ except ModuleNotFoundError as exc:
 
 from . import torch_ops  # noqa: F401  (registers the torch operators)
 from .__about__ import __version__
-from .attention import MAX_QUERY_LEN, attention
+from .attention import MAX_QUERY_LEN, attention, attention_plan
 from .store import store
 from .tuning import AttentionConfig, StoreConfig, TuningError
 
-__all__ = ["MAX_QUERY_LEN", "AttentionConfig", "StoreConfig", "TuningError", "__version__", "attention", "store"]
+__all__ = [
+    "MAX_QUERY_LEN",
+    "AttentionConfig",
+    "StoreConfig",
+    "TuningError",
+    "__version__",
+    "attention",
+    "attention_plan",
+    "store",
+]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tq_core.contract import Backend
 
-from .attention import MAX_QUERY_LEN, attention
+from .attention import MAX_QUERY_LEN, attention, attention_plan
 from .device import interpreter_active
 from .store import store
 
@@ -23,4 +23,5 @@ def triton_backend() -> Backend:
         max_query_len=MAX_QUERY_LEN,
         takes_max_query_len=True,
         calibrated=True,
+        plan_attention=attention_plan,
     )

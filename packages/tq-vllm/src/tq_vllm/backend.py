@@ -9,7 +9,7 @@ this module only when it resolves the ``TURBOQUANT`` backend.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import torch
@@ -191,6 +191,8 @@ class TQMetadata(AttentionMetadata):
     slot_mapping: torch.Tensor
     plan: BatchPlan
     positions: torch.Tensor | None = None  # per slot_mapping row, its token's position; calibrated formats only
+    # the step's attention launch plans by call geometry: made at the step's first layer, reused by the rest
+    launch_plans: dict = field(default_factory=dict)
 
 
 class TQMetadataBuilder(AttentionMetadataBuilder[TQMetadata]):
@@ -431,6 +433,7 @@ class TQAttentionImpl(AttentionImpl[TQMetadata]):
             scale=self.scale,
             output=output.view(-1, self.num_heads, self.head_size),
             calibration=self.calibration_for(layer, query.device),
+            launch_plans=attn_metadata.launch_plans,
         )
         run_batch(self._backend_for(query.device), plan, step)
         name = getattr(layer, "layer_name", None)

@@ -97,7 +97,9 @@ class LayerStep:
     ``query``/``output`` ``[num_tokens, Hq, d]``; ``key``/``value`` ``[num_tokens, Hk, d]``
     (the step's new, un-quantized K/V; needed only for prompt chunks); ``kv_cache`` in
     tq's view (see :func:`tq_cache_view`); ``block_table`` vLLM's, one row per request;
-    ``calibration`` the layer's, for a calibrated format (tq_vllm.calibrated).
+    ``calibration`` the layer's, for a calibrated format (tq_vllm.calibrated); ``launch_plans``
+    the step's launch plans by call geometry, shared by every layer of the step (the backend's
+    ``plan_attention`` runs once per step and geometry, see :func:`run_decode`).
     """
 
     query: torch.Tensor
@@ -109,6 +111,30 @@ class LayerStep:
     scale: float
     output: torch.Tensor
     calibration: LayerCalibration | None = None
+    launch_plans: dict | None = None
+
+
+def _launch_plan(backend: Backend, plan: DecodePlan, step: LayerStep, query: torch.Tensor) -> object | None:
+    """The step's launch plan for this call's geometry, made by the backend's ``plan_attention``
+    at the step's first layer of that geometry and reused by the others; None where the
+    backend plans each call itself or the step keeps no plans."""
+    if backend.plan_attention is None or step.launch_plans is None:
+        return None
+    key = (
+        backend.name,
+        str(query.device),
+        tuple(query.shape[1:]),
+        tuple(step.kv_cache.shape[1:]),
+        step.preset.name,
+        plan.num_reqs,
+        plan.max_q_len,
+    )
+    made = step.launch_plans.get(key)
+    if made is None:
+        made = step.launch_plans[key] = backend.plan_attention(
+            query, step.kv_cache, plan.num_reqs, step.preset, plan.max_q_len
+        )
+    return made
 
 
 def run_decode(backend: Backend, plan: DecodePlan, step: LayerStep) -> None:
@@ -117,6 +143,9 @@ def run_decode(backend: Backend, plan: DecodePlan, step: LayerStep) -> None:
     if step.calibration is not None:
         kw["calibration"] = step.calibration
     query, output = step.query, step.output
+    launch = _launch_plan(backend, plan, step, query)
+    if launch is not None:
+        kw["plan"] = launch
     if plan.token_index is None:
         n = plan.num_tokens
         backend.attention(

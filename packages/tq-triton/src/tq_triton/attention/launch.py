@@ -7,7 +7,7 @@ import numbers
 
 import torch
 
-from tq_core import LayerCalibration, Preset, RangeError, ShapeError
+from tq_core import LayerCalibration, Preset, RangeError, ShapeError, get_preset
 from tq_core.contract import check_attention_args, debug_enabled
 
 from ..device import device_facts
@@ -15,7 +15,7 @@ from ..device_tensors import cached_codebook, cached_lut_table, cached_value_cod
 from ..nvidia.gluon_launch import launch_gluon, launch_token_rows
 from ..tuning import AttentionConfig
 from .kernel import MERGE_WARPS, attention_kernel, merge_kernel
-from .plan import MAX_BLOCK_M, longest_query, next_pow2, plan_attention
+from .plan import MAX_BLOCK_M, LaunchPlan, longest_query, next_pow2, plan_attention
 
 LOG2E = 1.4426950408889634
 # log2 of the headroom above fp16's largest number that the query keeps in the fp16
@@ -59,6 +59,7 @@ def attention(
     num_kv_splits: int | None = None,
     config: AttentionConfig | None = None,
     calibration: LayerCalibration | None = None,
+    plan: LaunchPlan | None = None,
 ) -> torch.Tensor:
     """Causal attention of each request's newest query tokens over its paged compressed cache.
 
@@ -66,6 +67,12 @@ def attention(
     batch, known to vLLM on the host; None or an int >= 0) picks the tile shape; it is a
     hint, any q_len is computed correctly. ``num_kv_splits`` (None or an int >= 1) and
     ``config`` override the tuning table for this call (``tq sweep`` uses them).
+
+    ``plan``: a launch plan made once for every call of a step (:func:`attention_plan`, which
+    vLLM's plugin calls once per step and kv-cache geometry); the call then only checks and
+    launches: no tuning lookup, no environment read. It must have been made for this device
+    and for the query's and cache's shapes (else ``ShapeError``); ``max_query_len``,
+    ``num_kv_splits`` and ``config`` are then not read.
 
     ``block_table``, ``seq_lens`` and ``query_start_loc`` are read through their strides.
     Their values are not checked on the host unless ``TQ_DEBUG=1`` (then tq_core's checks
@@ -133,18 +140,21 @@ def attention(
         query = query.contiguous()
     dev = query.device
     p = args.preset
-    plan = plan_attention(
-        facts,
-        p,
-        args.fields.constexprs(),
-        hq,
-        hk,
-        args.num_reqs,
-        longest_query(nq, args.num_reqs, max_query_len),
-        kv_cache.shape[1],
-        num_kv_splits,
-        config,
-    )
+    if plan is None:
+        plan = plan_attention(
+            facts,
+            p,
+            args.fields.constexprs(),
+            hq,
+            hk,
+            args.num_reqs,
+            longest_query(nq, args.num_reqs, max_query_len),
+            kv_cache.shape[1],
+            num_kv_splits,
+            config,
+        )
+    else:
+        _check_plan(plan, facts.name, args.fields.constexprs(), p, hq, group)
     if plan.splits > 1:
         # per call from torch's caching allocator: no host sync, safe under CUDA-graph
         # capture, and never shared by calls on other threads or streams
@@ -224,6 +234,51 @@ def attention(
             num_warps=MERGE_WARPS,
         )
     return out
+
+
+def attention_plan(
+    query: torch.Tensor,
+    kv_cache: torch.Tensor,
+    num_reqs: int,
+    preset: str | Preset,
+    max_query_len: int | None = None,
+    num_kv_splits: int | None = None,
+    config: AttentionConfig | None = None,
+) -> LaunchPlan:
+    """The launch plan of :func:`attention` calls with this query's and cache's shapes, this many
+    requests and this longest q_len (the hints as :func:`attention` takes them), made once and
+    passed to each call as ``plan=``: the tuning lookup, the environment's overrides and the
+    kernel choice happen here, not per call. Reads shapes only, never tensor values."""
+    p = get_preset(preset)
+    if query.ndim != 3 or kv_cache.ndim != 4:
+        raise ShapeError(
+            f"attention_plan: query [tokens, q_heads, head_dim] and kv_cache [blocks, block_size, kv_heads, slot],"
+            f" got {tuple(query.shape)} and {tuple(kv_cache.shape)}"
+        )
+    if isinstance(num_reqs, bool) or not isinstance(num_reqs, numbers.Integral) or num_reqs < 0:
+        raise RangeError(f"num_reqs={num_reqs!r}: expected an int >= 0")
+    max_query_len, num_kv_splits = _check_hints(max_query_len, num_kv_splits)
+    nq, hq, d = query.shape
+    _, block_size, hk, _ = kv_cache.shape
+    if hk <= 0 or hq % hk:
+        raise ShapeError(f"query: {hq} q heads is not a multiple of the cache's {hk} kv heads")
+    fields = p.kernel_fields(p.block_layout(d, block_size, hk)).constexprs()
+    facts = device_facts(query.device)
+    longest = longest_query(nq, max(1, int(num_reqs)), max_query_len)
+    return plan_attention(facts, p, fields, hq, hk, max(1, int(num_reqs)), longest, block_size, num_kv_splits, config)
+
+
+def _check_plan(plan: LaunchPlan, device: str, fields: dict[str, int], preset: Preset, hq: int, group: int) -> None:
+    """ShapeError where ``plan`` was made for another device, preset or shapes than the call's."""
+    cx = plan.constexprs
+    made = {k: cx.get(k) for k in fields}
+    made |= {"NUM_Q_HEADS": cx.get("NUM_Q_HEADS"), "G": cx.get("G"), "CALIBRATED": cx.get("CALIBRATED")}
+    want = dict(fields) | {"NUM_Q_HEADS": hq, "G": group, "CALIBRATED": preset.calibrated}
+    if plan.device and plan.device != device:
+        raise ShapeError(f"plan= was made for device {plan.device!r}, the call runs on {device!r}")
+    if made != want:
+        diff = ", ".join(f"{k} {made[k]} (plan) vs {want[k]} (call)" for k in want if made[k] != want[k])
+        raise ShapeError(f"plan= was made for other shapes or another preset than the call's: {diff}")
 
 
 def _centroids(preset: Preset, head_dim: int, device: torch.device, table: bool) -> torch.Tensor:

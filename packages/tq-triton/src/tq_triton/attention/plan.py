@@ -286,6 +286,8 @@ class LaunchPlan:
     split_programs: int
     constexprs: dict[str, object]
     options: dict[str, Any]
+    # the device (``DeviceFacts.name``) the plan was made for; empty: not recorded
+    device: str = ""
 
 
 def table_config(facts: DeviceFacts, preset: Preset, head_dim: int, group_pad: int, longest: int) -> AttentionConfig:
@@ -386,4 +388,5 @@ def plan_attention(
         split_programs=cfg.split_budget * facts.multiprocessors if cfg.split_budget else 0,
         constexprs=constexprs,
         options=options,
+        device=facts.name,
     )
