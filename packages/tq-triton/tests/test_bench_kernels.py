@@ -91,6 +91,7 @@ def test_a_plan_made_once_serves_every_call_of_its_shapes(preset, gen, device, m
     heads or another preset is refused with ShapeError."""
     import tq_triton
     from tq_triton import tuning
+    from tq_triton.attention import launch
 
     one = make_batch(gen, preset, [70, 33, 5], [1, 3, 2], head_dim=64, num_kv_heads=2, group=4, device=device)
     two = make_batch(gen, preset, [9, 120, 64], [2, 1, 3], head_dim=64, num_kv_heads=2, group=4, device=device)
@@ -106,6 +107,7 @@ def test_a_plan_made_once_serves_every_call_of_its_shapes(preset, gen, device, m
 
     monkeypatch.setattr(tuning, "_env_overrides", no_lookup)
     monkeypatch.setattr(tuning, "attention_config_for", no_lookup)
+    monkeypatch.setattr(launch, "debug_enabled", no_lookup)
     for b in (one, two):
         out = tq_triton.attention(*b.args(), plan=plan, **b.extra())
         assert_close(out.float(), reference(b))

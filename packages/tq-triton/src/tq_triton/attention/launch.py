@@ -70,9 +70,10 @@ def attention(
 
     ``plan``: a launch plan made once for every call of a step (:func:`attention_plan`, which
     vLLM's plugin calls once per step and kv-cache geometry); the call then only checks and
-    launches: no tuning lookup, no environment read. It must have been made for this device
-    and for the query's and cache's shapes (else ``ShapeError``); ``max_query_len``,
-    ``num_kv_splits`` and ``config`` are then not read.
+    launches: no tuning lookup, no environment read (``TQ_DEBUG`` as it was when the plan
+    was made). It must have been made for this device and for the query's and cache's
+    shapes (else ``ShapeError``); ``max_query_len``, ``num_kv_splits`` and ``config`` are
+    then not read.
 
     ``block_table``, ``seq_lens`` and ``query_start_loc`` are read through their strides.
     Their values are not checked on the host unless ``TQ_DEBUG=1`` (then tq_core's checks
@@ -119,7 +120,7 @@ def attention(
         preset,
         scale,
         out,
-        check_values=debug_enabled(),
+        check_values=plan.debug if isinstance(plan, LaunchPlan) else debug_enabled(),
         calibration=calibration,
     )
     max_query_len, num_kv_splits = _check_hints(max_query_len, num_kv_splits)

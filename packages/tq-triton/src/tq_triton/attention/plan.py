@@ -288,6 +288,8 @@ class LaunchPlan:
     options: dict[str, Any]
     # the device (``DeviceFacts.name``) the plan was made for; empty: not recorded
     device: str = ""
+    # TQ_DEBUG when the plan was made: calls with this plan check metadata values too
+    debug: bool = False
 
 
 def table_config(facts: DeviceFacts, preset: Preset, head_dim: int, group_pad: int, longest: int) -> AttentionConfig:
@@ -389,4 +391,5 @@ def plan_attention(
         constexprs=constexprs,
         options=options,
         device=facts.name,
+        debug=debug_enabled(),
     )
