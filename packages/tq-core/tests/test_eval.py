@@ -21,7 +21,7 @@ from tq_core.eval.cache_attention import (
     raw_key_start,
     round_trip,
 )
-from tq_core.eval.metrics import WindowScores, mean_se, summarize
+from tq_core.eval.metrics import Summary, WindowScores, mean_se, summarize
 from tq_core.eval.text import default_text, make_windows
 
 
@@ -357,3 +357,24 @@ def test_collect_stats_records_windows_then_position_zero_only():
         for name in a:
             torch.testing.assert_close(a[name], b[name], rtol=1e-12, atol=1e-12, msg=f"layer {layer} {name}")
     assert not cache_attention._active
+
+
+def _result(calibration: str | None, meta: dict) -> run.EvalResult:
+    base = Summary(2.0, 0.0, None, 1.0, 0.0, None, 1.0, None, [0.7])
+    return run.EvalResult(
+        config=run.EvalConfig(calibration=calibration),
+        model="m", text="t", device="cpu", backend="b", num_layers=2, head_dim=64, num_q_heads=2,
+        num_kv_heads=1, windows=1, window=8, text_tokens=8, scored_tokens=7, scored_bytes=7,
+        baseline=base, formats=[], seconds=1.0, meta=meta,
+    )  # fmt: skip
+
+
+def test_the_table_says_where_the_calibration_came_from():
+    from tq_core.eval.report import render
+
+    texts = [{"label": "stdlib docstrings", "windows": 8}, {"label": "stdlib source", "windows": 8}]
+    made = render(_result(None, {"calibration": {"window": 512, "texts": texts}}))
+    assert "calibration (made by this run): windows of 512 tokens: 8 of stdlib docstrings, 8 of stdlib source" in made
+    old = render(_result("old.cal", {"calibration": {"window": 256, "windows": 2, "text": "stdlib docstrings"}}))
+    assert "calibration (read from old.cal): windows of 256 tokens: 2 of stdlib docstrings" in old
+    assert "calibration" not in render(_result(None, {})).split("every token")[0]

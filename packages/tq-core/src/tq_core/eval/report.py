@@ -30,6 +30,20 @@ def _semantics(chunk: int, prompt_len: int | None) -> str:
     )
 
 
+def _calibration_line(r: EvalResult) -> list[str]:
+    """Where the calibrated formats' calibration came from (none: no line)."""
+    cal = r.meta.get("calibration")
+    if not isinstance(cal, dict):
+        return []
+    source = f"read from {r.config.calibration}" if r.config.calibration else "made by this run"
+    texts = cal.get("texts")
+    if isinstance(texts, list) and texts:
+        made = ", ".join(f"{t.get('windows')} of {t.get('label')}" for t in texts if isinstance(t, dict))
+    else:  # a file from before calibrations listed their texts
+        made = f"{cal.get('windows')} of {cal.get('text')}"
+    return [f"calibration ({source}): windows of {cal.get('window')} tokens: {made}"]
+
+
 def render(r: EvalResult) -> str:
     """The table: one row per format (and boundary setting), the uncompressed run first."""
     b = r.baseline
@@ -39,6 +53,7 @@ def render(r: EvalResult) -> str:
         f"text: {r.text}, {r.windows} window{'s' if r.windows != 1 else ''} of {r.window} tokens "
         f"({r.scored_tokens} predicted tokens, {r.scored_bytes} bytes, of {r.text_tokens} tokens in the text)",
         f"device: {r.device}, backend: {r.backend}; {r.seconds:.0f} s",
+        *_calibration_line(r),
         _semantics(r.config.prompt_chunk, r.config.prompt_len),
         "",
     ]
