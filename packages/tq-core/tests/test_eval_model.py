@@ -188,3 +188,13 @@ def test_calibrate_mixes_texts_and_reports_held_out_ones(tmp_path, capsys):
     same += ["--first-positions", "8", "--out", str(cal), "--held-out", "builtin:docstrings", "--held-out-windows", "1"]
     assert main(same) == 0
     assert all(r == 1.0 for r, _ in ratios(capsys.readouterr().out).values())
+
+
+def test_eval_calibrates_itself_on_the_mixed_texts():
+    """tq eval without --calibration calibrates first, by default on the mixed built-ins (half
+    the windows each) and 256 single tokens, on the eval's window length."""
+    cfg = EvalConfig(windows=1, window=48, batch=2, formats=("tq_k4v4",), layers=(3, 4), calibration_windows=2)
+    meta = evaluate(cfg).meta["calibration"]
+    assert [t["windows"] for t in meta["texts"]] == [1, 1] and meta["window"] == 48
+    assert meta["text"].startswith("stdlib docstrings") and "stdlib source" in meta["text"]
+    assert meta["first_positions"] == 256 and meta["tokens"] == 2 * 48
