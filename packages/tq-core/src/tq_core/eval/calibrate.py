@@ -31,7 +31,6 @@ from .text import make_windows, read_utf8
 
 BUILTIN = "builtin:"  # --text builtin:NAME picks one of BUILTIN_TEXTS
 DEFAULT_CALIBRATION_TEXTS = ("builtin:docstrings", "builtin:source")
-DEFAULT_CALIBRATION_TEXT = "stdlib docstrings + stdlib source"
 DEFAULT_FIRST_POSITIONS = 256
 _MODULES = (
     "argparse", "asyncio", "collections", "dataclasses", "email", "functools", "http.client", "itertools",
