@@ -274,12 +274,12 @@ def test_knobs_default_off_and_read_from_the_environment(monkeypatch):
         tuning.store_config(torch.device("cpu"), "turboquant_k3v4_nc")
 
 
-CANDS = Path(__file__).resolve().parents[3] / "docs" / "perf" / "runs" / "2026-12-04-store" / "cands.py"
+CANDS = Path(__file__).resolve().parents[3] / "docs" / "perf" / "scripts" / "store_candidates.py"
 
 
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the script; on a GPU run it at its real shape")
 def test_candidate_script_runs_end_to_end():
-    """``cands.py --small`` under Triton's interpreter: every preset, the current
+    """``store_candidates.py --small`` under Triton's interpreter: every preset, the current
     configuration and every candidate that applies, each compared with the current cache,
     and the JSON line last, so that the script cannot fail on the device for want of a run."""
     spec = importlib.util.spec_from_file_location("store_cands", CANDS)
