@@ -62,13 +62,13 @@ def test_served_by_names_each_kernel():
 
 @pytest.mark.parametrize("preset", ["turboquant_k3v4_nc", "tq_k4v4"])
 def test_portable_case_matches_the_reference(preset, device):
-    """A bench case run through ``case_plan(case, "portable")``'s config gives tq_core's
-    attention on the same cache (the case's own store)."""
+    """A bench case run with ``case_plan(case, "portable")`` (as ``tq bench --kernel portable``
+    times it) gives tq_core's attention on the same cache (the case's own store)."""
     shape = bench.Shape("tiny", batch=2, q_heads=4, kv_heads=2, head_dim=64, seq_len=40, q_len=3)
     case = bench.build_case(shape, preset, device)
     plan = bench.case_plan(case, "portable")
     assert served_by(plan) == "portable"
-    got = bench.run_tq(case, config=plan.cfg)
+    got = bench.run_tq(case, plan=plan)
     want = tq_core.attention(
         case.query.float().cpu(),
         case.kv_cache.cpu(),

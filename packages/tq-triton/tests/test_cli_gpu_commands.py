@@ -234,8 +234,8 @@ def test_bench_json_keeps_the_cases_of_a_stopped_run(tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "build_case", lambda *a, **k: case)
     monkeypatch.setattr(bench, "sdpa_bf16", lambda c: ((lambda: None), "stand-in"))
     monkeypatch.setattr(bench, "time_ms", fake_time)
-    monkeypatch.setattr(bench, "run_tq", lambda c, config=None: None)
-    monkeypatch.setattr(bench, "case_plan", lambda c, kernel: types.SimpleNamespace(cfg=None, token_rows=True))
+    monkeypatch.setattr(bench, "run_tq", lambda c, plan=None: None)
+    monkeypatch.setattr(bench, "case_plan", lambda c, kernel: types.SimpleNamespace(token_rows=True))
     out = tmp_path / "bench.json"
     argv = ["bench", "--shapes", "decode-32k", "--presets", "turboquant_k8v4,turboquant_k3v4_nc", "--no-store"]
     argv += ["--json", str(out)]

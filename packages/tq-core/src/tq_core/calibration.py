@@ -179,7 +179,7 @@ class LayerCalibration:
 
 
 # the fields in the order they are declared
-_FIELDS = ("key_offset", "key_first_offset", "key_gain", "value_offset", "value_first_offset", "value_gain")
+_FIELDS = tuple(f.name for f in fields(LayerCalibration))
 
 
 def _dense_float32_matrix(t: object) -> bool:
@@ -307,13 +307,12 @@ class Calibration:
             raise CalibrationError(f"layers: expected a list of layers, got {type(layers).__name__}")
         if not layers:
             raise CalibrationError("holds no layers")
-        names = [f.name for f in fields(LayerCalibration)]
         out = []
         for i, lay in enumerate(layers):
-            if not isinstance(lay, dict) or set(lay) != set(names):
-                raise CalibrationError(f"layer {i} does not hold {names}")
+            if not isinstance(lay, dict) or set(lay) != set(_FIELDS):
+                raise CalibrationError(f"layer {i} does not hold {list(_FIELDS)}")
             try:
-                out.append(LayerCalibration(**{n: _float32(lay[n], n) for n in names}))
+                out.append(LayerCalibration(**{n: _float32(lay[n], n) for n in _FIELDS}))
             except CalibrationError as exc:
                 raise CalibrationError(f"layer {i} {exc}") from None
         return cls(tuple(out), data.get("meta", {}))

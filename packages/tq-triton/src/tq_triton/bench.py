@@ -14,13 +14,11 @@ from dataclasses import dataclass, replace
 import torch
 
 from tq_core import LayerCalibration, get_preset
-from tq_core.contract import check_attention_args
 from tq_core.synthetic import SyntheticKV
 from tq_core.testing import block_tables, random_calibration
 
-from .attention import attention
-from .attention.plan import LaunchPlan, next_pow2, plan_attention, portable_config, table_config
-from .device import device_facts
+from .attention import attention, attention_plan
+from .attention.plan import LaunchPlan, portable_config
 from .store import store
 
 
@@ -188,38 +186,18 @@ def case_plan(case: Case, kernel: str = "default") -> LaunchPlan:
     or the same entry on the portable kernel (``portable``, :func:`plan.portable_config`)."""
     if kernel not in KERNELS:
         raise ValueError(f"kernel {kernel!r}: expected one of {KERNELS}")
-    sh = case.shape
-    facts = device_facts(case.query.device)
-    p = get_preset(case.preset)
-    # the cache's fields as the launcher sees them
-    args = check_attention_args(
-        case.query,
-        case.kv_cache,
-        case.block_table,
-        case.seq_lens,
-        case.query_start_loc,
-        p,
-        case.scale,
-        None,
-        check_values=False,
-        calibration=case.calibration,
-    )
-    fields = args.fields.constexprs()
-    config = None
+    shape = (case.query, case.kv_cache, case.shape.batch, case.preset)
+    plan = attention_plan(*shape, max_query_len=case.max_query_len)
     if kernel == "portable":
-        config = portable_config(
-            table_config(facts, p, sh.head_dim, next_pow2(sh.q_heads // sh.kv_heads), case.max_query_len)
-        )
-    return plan_attention(
-        facts, p, fields, sh.q_heads, sh.kv_heads, sh.batch, case.max_query_len, sh.block_size, config=config
-    )
+        plan = attention_plan(*shape, max_query_len=case.max_query_len, config=portable_config(plan.cfg))
+    return plan
 
 
 def run_tq(
     case: Case, out: torch.Tensor | None = None, impl: Callable[..., torch.Tensor] = attention, **kw
 ) -> torch.Tensor:
     """``impl`` (default ``tq_triton.attention``) on the case; a variant with the same signature
-    can stand in; ``kw`` goes to it (``config``, say)."""
+    can stand in; ``kw`` goes to it (``plan``, say)."""
     return impl(
         case.query,
         case.kv_cache,

@@ -120,7 +120,7 @@ def attention(
         preset,
         scale,
         out,
-        check_values=plan.debug if isinstance(plan, LaunchPlan) else debug_enabled(),
+        check_values=debug_enabled() if plan is None else plan.debug,
         calibration=calibration,
     )
     max_query_len, num_kv_splits = _check_hints(max_query_len, num_kv_splits)
@@ -164,7 +164,7 @@ def attention(
     else:
         partial = lse = dummy(dev)
     grid = (args.num_reqs, hk, plan.splits)
-    head_args = (query, kv_cache, block_table, seq_lens, query_start_loc)
+    # the arguments after Centroids, up to the calibration's
     tail_args = (
         out,
         partial,
@@ -185,29 +185,25 @@ def attention(
         plan.split_programs,
     )
 
-    def kernel_args(table: bool) -> tuple:
-        """Every kernel's positional arguments; ``table``: the key and value codebooks as
-        ``key_lut``'s register tables (the Gluon kernels always, the portable one where its
-        ``KEY_LUT`` / ``VALUE_LUT`` ask for them)."""
-        keys = _centroids(p, d, dev, table)
-        return (*head_args, keys, *tail_args, *_calibration_args(p, calibration, d, dev, table))
+    def kernel_args(key_table: bool, value_table: bool) -> tuple:
+        """Every kernel's positional arguments; ``key_table`` / ``value_table``: the key and
+        value codebooks as ``key_lut``'s register tables (the Gluon kernels always, the
+        portable one where its ``KEY_LUT`` / ``VALUE_LUT`` ask for them)."""
+        keys = _centroids(p, d, dev, key_table)
+        head = (query, kv_cache, block_table, seq_lens, query_start_loc, keys)
+        return (*head, *tail_args, *_calibration_args(p, calibration, d, dev, value_table))
 
+    cx = plan.constexprs
     if plan.token_rows:
-        launch_token_rows(grid, kernel_args(True), plan.constexprs, plan.options)
+        launch_token_rows(grid, kernel_args(True, True), cx, plan.options)
     # False where the Gluon kernel needs more shared memory than the device has: the
     # portable kernel then runs
     gluon = plan.token_rows or (
-        plan.gluon and launch_gluon(grid, kernel_args(True), plan.constexprs, plan.options, wgmma=plan.wgmma)
+        plan.gluon and launch_gluon(grid, kernel_args(True, True), cx, plan.options, wgmma=plan.wgmma)
     )
     if not gluon:
-        cx = plan.constexprs
-        # the portable kernel's key table follows KEY_LUT; its value table VALUE_LUT
-        keys = _centroids(p, d, dev, bool(cx["KEY_LUT"]))
         attention_kernel[grid](
-            *head_args,
-            keys,
-            *tail_args,
-            *_calibration_args(p, calibration, d, dev, bool(cx["VALUE_LUT"])),
+            *kernel_args(bool(cx["KEY_LUT"]), bool(cx["VALUE_LUT"])),
             **cx,
             num_warps=plan.cfg.num_warps,
             **plan.options,
@@ -230,8 +226,8 @@ def attention(
             # columns in value_words order; calibrated formats' outputs are rotated back in the
             # kernel, in head_dim order, and the token-rows kernel stores head_dim order
             VALUE_COLUMNS=(gluon and not p.calibrated and not plan.token_rows)
-            or (not gluon and bool(plan.constexprs["VALUE_PAIRS"])),
-            SKIP_EMPTY=plan.constexprs["SKIP_EMPTY"],
+            or (not gluon and bool(cx["VALUE_PAIRS"])),
+            SKIP_EMPTY=cx["SKIP_EMPTY"],
             num_warps=MERGE_WARPS,
         )
     return out
@@ -264,9 +260,11 @@ def attention_plan(
     if hk <= 0 or hq % hk:
         raise ShapeError(f"query: {hq} q heads is not a multiple of the cache's {hk} kv heads")
     fields = p.kernel_fields(p.block_layout(d, block_size, hk)).constexprs()
-    facts = device_facts(query.device)
-    longest = longest_query(nq, max(1, int(num_reqs)), max_query_len)
-    return plan_attention(facts, p, fields, hq, hk, max(1, int(num_reqs)), longest, block_size, num_kv_splits, config)
+    reqs = max(1, int(num_reqs))
+    longest = longest_query(nq, reqs, max_query_len)
+    return plan_attention(
+        device_facts(query.device), p, fields, hq, hk, reqs, longest, block_size, num_kv_splits, config
+    )
 
 
 def _check_plan(plan: LaunchPlan, device: str, fields: dict[str, int], preset: Preset, hq: int, group: int) -> None:

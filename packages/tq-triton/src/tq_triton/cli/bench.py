@@ -165,9 +165,9 @@ def run(args: argparse.Namespace) -> int:
             bf16_ms[shape.name] = t
             rows.append(_row(shape, "bf16", backend, t, case.bf16_bytes_read, bw))
             case.dense_k = case.dense_v = None
+        # planned once, as vLLM's plugin plans once per step
         plan = bench.case_plan(case, args.kernel)
-        config = plan.cfg if args.kernel == "portable" else None
-        t = bench.time_ms(lambda case=case, config=config: bench.run_tq(case, config=config))
+        t = bench.time_ms(lambda case=case, plan=plan: bench.run_tq(case, plan=plan))
         row = _row(shape, preset, "tq_triton", t, case.cache_bytes_read, bw)
         row["kernel"] = served_by(plan)
         rows.append(row)
