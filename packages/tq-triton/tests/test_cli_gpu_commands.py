@@ -149,6 +149,28 @@ def test_bench_gate_names_the_rows_below_its_bar():
     assert "no tq row" in gate_line(bf16_gate([_row("poc", "bf16", "sdpa", 1.0)]))
 
 
+def test_bench_both_lists_the_vendor_rows_below_the_bar():
+    """`tq bench --kernel both`: a vendor-kernel row earns its place only at 1.1x the portable
+    kernel's speed or more; portable rows are not judged."""
+    from tq_triton.cli.bench import VENDOR_BAR, vendor_line, vendor_rows
+
+    assert VENDOR_BAR == 1.1
+    rows = [
+        _row("poc", "bf16", "sdpa", 0.03),
+        _row("poc", "turboquant_k8v4", "tq_triton", 0.02, kernel="gluon", x_vs_portable=1.25),
+        _row("poc", "turboquant_k3v4_nc", "tq_triton", 0.02, kernel="token_rows", x_vs_portable=1.09),
+        _row("poc", "tq_k6v5", "tq_triton", 0.03, kernel="portable", x_vs_portable=1.0),
+        _row("decode-32k", "turboquant_4bit_nc", "tq_triton", 0.2, kernel="gluon-wgmma", x_vs_portable=0.8),
+    ]
+    v = vendor_rows(rows)
+    assert [m["preset"] for m in v["earned"]] == ["turboquant_k8v4"]
+    assert [(m["shape"], m["kernel"]) for m in v["below"]] == [("poc", "token_rows"), ("decode-32k", "gluon-wgmma")]
+    line = vendor_line(v)
+    assert line.startswith("vendor kernels at least 1.1x the portable kernel: 1 of 3 rows; below: ")
+    assert line.endswith("poc k3v4_nc token_rows 1.09x, decode-32k 4bit_nc gluon-wgmma 0.80x")
+    assert vendor_line(vendor_rows(rows[:1])).endswith("no row ran a vendor kernel")
+
+
 def test_bench_targets_are_met_missed_or_not_run():
     """`tq bench`'s targets table: each target judged on its own row (a time ceiling for poc,
     floors elsewhere; the store's for every preset run), "not run" where the row is absent."""

@@ -49,6 +49,9 @@ GATE = 1.3
 # the store rows: this many tokens of 8 kv heads at head_dim 128, in one call
 STORE_TOKENS = 1 << 20
 STORE_SHAPE = f"store-{STORE_TOKENS // 1024}k-tok"
+# a vendor kernel earns its table entry where it is at least this many times as fast as the
+# portable kernel with the same entry, in the same run (--kernel both)
+VENDOR_BAR = 1.1
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -78,10 +81,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--kernel",
-        choices=bench.KERNELS,
+        choices=(*bench.KERNELS, "both"),
         default="default",
         help="default: the kernel the launch plan picks for each row (vendor kernels where the device's table "
-        "asks for them); portable: the portable Triton kernel alone, with the same table entries. "
+        "asks for them); portable: the portable Triton kernel alone, with the same table entries; both: the "
+        "default path, and the portable kernel too where a vendor kernel serves the row (its time as "
+        f"portable_ms), with the vendor rows that are not {VENDOR_BAR:g}x as fast as it listed at the end. "
         "Each row records the kernel that served it",
     )
     p.add_argument("--no-baselines", action="store_true", help="skip the per-token baselines")
@@ -166,10 +171,16 @@ def run(args: argparse.Namespace) -> int:
             rows.append(_row(shape, "bf16", backend, t, case.bf16_bytes_read, bw))
             case.dense_k = case.dense_v = None
         # planned once, as vLLM's plugin plans once per step
-        plan = bench.case_plan(case, args.kernel)
+        plan = bench.case_plan(case, "default" if args.kernel == "both" else args.kernel)
         t = bench.time_ms(lambda case=case, plan=plan: bench.run_tq(case, plan=plan))
         row = _row(shape, preset, "tq_triton", t, case.cache_bytes_read, bw)
         row["kernel"] = served_by(plan)
+        if args.kernel == "both":
+            row["portable_ms"] = t
+            if row["kernel"] != "portable":
+                portable = bench.case_plan(case, "portable")
+                row["portable_ms"] = bench.time_ms(lambda case=case, plan=portable: bench.run_tq(case, plan=plan))
+            row["x_vs_portable"] = row["portable_ms"] / t
         rows.append(row)
         if not args.no_baselines and max(shape.request_q_lens()) > 1:
             if uniform:
@@ -206,11 +217,15 @@ def run(args: argparse.Namespace) -> int:
     _print(rows, bw, dev)
     gate = bf16_gate(rows, args.gate)
     print(gate_line(gate))
+    vendor = vendor_rows(rows) if args.kernel == "both" else None
+    if vendor is not None:
+        print(vendor_line(vendor))
     goals = targets(rows)
     _print_targets(goals)
     meta["complete"] = True
     if args.json:
-        write_json(args.json, {"meta": meta, "rows": rows, "gate": gate, "targets": goals})
+        extra = {} if vendor is None else {"vendor": vendor}
+        write_json(args.json, {"meta": meta, "rows": rows, "gate": gate, "targets": goals, **extra})
     if args.plot:
         _plot(rows, bw, args.plot, args.gate)
     return 0
@@ -269,6 +284,36 @@ def gate_line(gate: dict) -> str:
         f"{m['shape']} {m['preset'].removeprefix('turboquant_')} {m['x_vs_bf16']:.2f}x" for m in gate["slower"]
     )
     return f"{what}: missed by {len(gate['slower'])} of {gate['rows']} rows: {misses}"
+
+
+def vendor_rows(rows: list[dict], bar: float = VENDOR_BAR) -> dict:
+    """The rows a vendor kernel served (``--kernel both``) against the portable kernel of the
+    same run: ``{"bar": bar, "earned": [...], "below": [...]}``, each item ``{"shape",
+    "preset", "kernel", "x_vs_portable"}``; ``below`` lists the rows where the vendor kernel is
+    not ``bar`` times as fast, whose table entries should then leave it off."""
+    out: dict = {"bar": bar, "earned": [], "below": []}
+    for r in rows:
+        if r["impl"] != "tq_triton" or r.get("kernel", "portable") == "portable" or "x_vs_portable" not in r:
+            continue
+        item = {k: r[k] for k in ("shape", "preset", "kernel")} | {"x_vs_portable": round(r["x_vs_portable"], 3)}
+        out["earned" if r["x_vs_portable"] >= bar else "below"].append(item)
+    return out
+
+
+def vendor_line(vendor: dict) -> str:
+    """One line for the end of the table: how many vendor-kernel rows beat the portable kernel
+    by ``vendor["bar"]``, and the rows that do not."""
+    n = len(vendor["earned"]) + len(vendor["below"])
+    what = f"vendor kernels at least {vendor['bar']:g}x the portable kernel"
+    if not n:
+        return f"{what}: no row ran a vendor kernel"
+    line = f"{what}: {len(vendor['earned'])} of {n} rows"
+    if vendor["below"]:
+        line += "; below: " + ", ".join(
+            f"{m['shape']} {m['preset'].removeprefix('turboquant_')} {m['kernel']} {m['x_vs_portable']:.2f}x"
+            for m in vendor["below"]
+        )
+    return line
 
 
 # the project's speed targets: (shape, preset or "*" for every preset run, row field, goal,
@@ -349,17 +394,22 @@ def _fmt(r: dict, k: str) -> str:
 
 def _print(rows: list[dict], bw: float, dev: torch.device) -> None:
     print(f"\ndevice: {device_key(dev)}   copy bandwidth (read+write): {bw:.0f} GB/s")
-    cols = ("shape", "preset", "impl", "kernel", "ms", "GB/s", "%bw", "x bf16", "x looped", "x batched")
-    head = "{:22} {:20} {:20} {:12} {:>9} {:>7} {:>6} {:>7} {:>8} {:>9}".format(*cols)
+    cols = ("shape", "preset", "impl", "kernel", "ms", "GB/s", "%bw", "x bf16", "x looped", "x batched", "x port")
+    head = "{:22} {:20} {:20} {:12} {:>9} {:>7} {:>6} {:>7} {:>8} {:>9} {:>6}".format(*cols)
     print(head)
     print("-" * len(head))
     for r in rows:
         extra = f" {r['mtok_s']:.0f} Mtok/s" if "mtok_s" in r else ""
-        ratios = (_fmt(r, "x_vs_bf16"), _fmt(r, "x_vs_looped-per-token"), _fmt(r, "x_vs_batched-per-token"))
+        ratios = (
+            _fmt(r, "x_vs_bf16"),
+            _fmt(r, "x_vs_looped-per-token"),
+            _fmt(r, "x_vs_batched-per-token"),
+            _fmt(r, "x_vs_portable"),
+        )
         print(
             f"{r['shape']:22} {r['preset']:20} {r['impl']:20} {r.get('kernel', '-'):12}"
             f" {r['ms']:9.4f} {r['gbs']:7.0f} {r['pct_copy_bw']:6.1f} "
-            "{:>7} {:>8} {:>9}".format(*ratios)
+            "{:>7} {:>8} {:>9} {:>6}".format(*ratios)
             + extra
         )
 
