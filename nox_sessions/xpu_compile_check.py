@@ -202,8 +202,6 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
     ``BALANCE``, ``split_budget``'s split sizes, and ``SKIP_EMPTY``, ``skip_empty``, where
     the launch has kv splits; tq_k4v4's symmetric values from their bits, ``INT_VALUES``), and
     the merge kernel with ``SKIP_EMPTY``."""
-    import torch
-
     import tq_core
     from tq_triton.attention.kernel import MERGE_WARPS, attention_kernel, merge_kernel
     from tq_triton.attention.plan import kernel_constexprs, next_pow2, plan_block_q
@@ -225,9 +223,8 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
             fields = p.kernel_fields(p.block_layout(d, BLOCK_SIZE, NUM_KV_HEADS)).constexprs()
             scfg = _store_cached(XE2_DEVICE_NAME, name, ())
             # the store's own compile-time arguments (every knob at the table's value)
-            scx = store_constexprs(p, fields, scfg, torch.bfloat16) | {"stride_sm": 1}
+            scx = store_constexprs(p, fields, scfg) | {"stride_sm": 1}
             stypes = {"K": f"*{INPUT_DTYPE}", "V": f"*{INPUT_DTYPE}", "Cache": "*u8", "SlotMapping": "*i64"}
-            stypes["Hmat"] = "*fp16"
             tables = ("Bounds", "VBounds", "KCentroids", "VCentroids", *CALIBRATION_ARGS)
             stypes |= dict.fromkeys(tables, "*fp32") | {"Positions": "*i64"}
             yield Job.of(

@@ -14,7 +14,9 @@ same inputs: the share of code fields' codes that differ (keys and values, unpac
 the slots whose bytes differ), the largest code difference (one level at most on a rounding
 boundary), and the fp16 fields (norms, scales, zero points) that differ and by how many
 fp16 steps. A candidate is ``ok`` when no code moves by more than one level, no fp16 field
-by more than one step, and at most ``--max-code-diff`` of the codes differ.
+by more than one step, and at most ``--max-code-diff`` of the codes differ. The candidates
+change only tiles, warps, registers and the code search, not the arithmetic, so their
+caches should equal the current one's byte for byte.
 
     python docs/perf/scripts/store_candidates.py [--presets P,...] [--configs NAME,...] [--json OUT]
     TRITON_INTERPRET=1 python docs/perf/scripts/store_candidates.py --small   # the CPU, tiny shapes
@@ -42,27 +44,26 @@ from tq_triton.store import store
 from tq_triton.tuning import StoreConfig, store_config
 
 EVERY_PRESET = (*tq_core.PRESETS, *tq_core.CALIBRATED_PRESETS)
-# name -> fields set over the current configuration: the knobs ``lean`` and ``rotation``,
-# programs of 32-128 tokens over 4 or 8 warps (``tBwW``), and a cap of 128 registers (``r128``)
-# so that more 64-token programs fit on a multiprocessor. static_store.py counts each one's
-# instructions, registers and local memory for sm_90
+# name -> fields set over the current configuration: programs of 32-128 tokens over 4 or 8
+# warps (``tBwW``), a cap of 128 registers (``r128``, cuda only) so that more 64-token programs
+# fit on a multiprocessor, and codebook codes by binary search (``search``) or by counting the
+# boundaries (``count``); one of those two is the current configuration on every device
 CANDIDATES: dict[str, dict[str, int]] = {
-    "lean": {"lean": 1},
-    "lean-t64w8": {"lean": 1, "block_t": 64, "num_warps": 8},
-    "rot-t64w4": {"rotation": 1, "block_t": 64, "num_warps": 4},
-    "rl-t32w4": {"rotation": 1, "lean": 1, "block_t": 32, "num_warps": 4},
-    "rl-t64w4": {"rotation": 1, "lean": 1, "block_t": 64, "num_warps": 4},
-    "rl-t64w8": {"rotation": 1, "lean": 1, "block_t": 64, "num_warps": 8},
-    "rl-t128w8": {"rotation": 1, "lean": 1, "block_t": 128, "num_warps": 8},
-    "rl-t64w4-r128": {"rotation": 1, "lean": 1, "block_t": 64, "num_warps": 4, "max_registers": 128},
+    "t32w4": {"block_t": 32, "num_warps": 4},
+    "t64w4": {"block_t": 64, "num_warps": 4},
+    "t64w8": {"block_t": 64, "num_warps": 8},
+    "t128w8": {"block_t": 128, "num_warps": 8},
+    "t64w4-r128": {"block_t": 64, "num_warps": 4, "max_registers": 128},
+    "search": {"code_search": 1},
+    "count": {"code_search": 0},
 }
 SMALL_TOKENS, SMALL_HEADS = 32, 1
 
 
 def applies(preset: str, fields: dict[str, int]) -> bool:
-    """``rotation`` only changes formats with Lloyd-Max rows (all but k8v4)."""
+    """``code_search`` only changes formats with Lloyd-Max rows (all but k8v4)."""
     p = get_preset(preset)
-    return not (fields.get("rotation") and p.key_is_fp8 and not p.calibrated)
+    return not ("code_search" in fields and p.key_is_fp8 and not p.calibrated)
 
 
 def wall_ms(fn, device: torch.device) -> float:

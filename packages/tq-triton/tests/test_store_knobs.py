@@ -1,29 +1,24 @@
-"""The store's ``rotation`` and ``lean`` knobs (``StoreConfig``) against tq_core.store, for
-every preset: vLLM's four and tq's calibrated formats.
+"""The store's launch parameters (``StoreConfig``) and both widths of its offsets against
+tq_core.store, for every preset: vLLM's four and tq's calibrated formats.
 
-``rotation`` 1 multiplies by the Hadamard matrix on the matrix units with each row scaled by a
-power of two and split exactly into float16 parts; ``lean`` 1 codes with fewer instructions.
-Both keep the codes of the default store except on a rounding boundary. Under Triton's
-interpreter ``tl.dot`` is numpy's float32 product, on a GPU the matrix units add in their
-own order; the split makes every product exact on both, so the two differ only in how the
-float32 sums round, and on the inputs of :func:`test_exact_inputs_store_the_same_bytes`
-every sum is exact on both.
+``StoreConfig`` sets tiles, warps, the code search and a register cap, none of which changes
+the arithmetic; the kernel adds offsets inside a program in 32 bits, or in 64 where a row
+stride times ``block_t`` could overflow them (``store.wide_offsets``), the same arithmetic
+either way. The tests force the 64-bit offsets on small tensors to run that code.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import os
 import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 import torch
-import triton
-import triton.language as tl
 from test_store import _differences_are_rounding_boundaries, caches, fp16_fields_off, recoded_rows
 from tqt_helpers import ON_GPU
 
@@ -33,18 +28,27 @@ from tq_core import LayerCalibration, unpack_codes
 from tq_core.hadamard import hadamard_matrix
 from tq_core.testing import random_calibration
 from tq_triton import TuningError, tuning
-from tq_triton.hadamard import fwht_rows_dot
-from tq_triton.store import fp16_row_scale, hadamard_fp16
 from tq_triton.tuning import StoreConfig
 
 EVERY_PRESET = [*tq_core.PRESETS, *tq_core.CALIBRATED_PRESETS]
 N_TOKENS = 3001 if ON_GPU else 77
-# the knobs alone and together, with a tile that leaves the call's last program partly empty
-CONFIGS = {
-    "rotation": StoreConfig(rotation=1),
-    "lean": StoreConfig(lean=1),
-    "both": StoreConfig(rotation=1, lean=1, code_search=1, block_t=32, num_warps=8),
+ST = sys.modules["tq_triton.store"]
+# name -> (launch parameters, 64-bit offsets forced): the defaults, and code search with a
+# tile that leaves the call's last program partly empty, with 32- and 64-bit offsets
+VARIANTS = {
+    "t16": (StoreConfig(), False),
+    "search-t32w8": (StoreConfig(code_search=1, block_t=32, num_warps=8), False),
+    "search-t32w8-wide": (StoreConfig(code_search=1, block_t=32, num_warps=8), True),
 }
+
+
+def _store_variant(variant: str, monkeypatch, *args, **kwargs) -> None:
+    """``tq_triton.store(*args, **kwargs)`` with the launch parameters of ``variant``, its
+    offsets 64-bit where the variant forces them."""
+    cfg, wide = VARIANTS[variant]
+    if wide:
+        monkeypatch.setattr(ST, "wide_offsets", lambda *_: True)
+    tq_triton.store(*args, config=cfg, **kwargs)
 
 
 def _extra(preset: str, gen: torch.Generator, n: int, heads: int, d: int, device, cal=None) -> dict:
@@ -54,10 +58,10 @@ def _extra(preset: str, gen: torch.Generator, n: int, heads: int, d: int, device
     return {"calibration": (cal or random_calibration(gen, heads, d)).to(device), "positions": pos}
 
 
-@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("preset", EVERY_PRESET)
-def test_knobs_match_reference(preset, dtype, config, gen, device):
+def test_variants_match_reference(preset, dtype, variant, gen, device, monkeypatch):
     """Byte-identical to tq_core.store except for codes on a rounding boundary (as
     test_store.py holds the default store), NaN and overflowing rows included."""
     heads, d, n = 3, 128, N_TOKENS
@@ -72,17 +76,17 @@ def test_knobs_match_reference(preset, dtype, config, gen, device):
     slots = torch.randperm(nslots, generator=gen)[:n].to(device)
     slots[::7] = -1
     tq_core.store(k, v, ref, slots, preset, **extra)
-    tq_triton.store(k, v, got, slots, preset, config=CONFIGS[config], **extra)
+    _store_variant(variant, monkeypatch, k, v, got, slots, preset, **extra)
     same = (ref == got).float().mean().item()
     assert same >= 0.999, f"only {same:.5f} of bytes identical"
     _differences_are_rounding_boundaries(ref, got, preset, d, k, slots)
 
 
 def _exact_rows(gen: torch.Generator, n: int, heads: int, d: int, scaled: bool) -> torch.Tensor:
-    """float32 rows of multiples of 2**-12 below 4 in magnitude (15 significant bits: two
-    float16 parts, and every Hadamard sum exact in float32), and rows that test the
-    power-of-two scaling: all zero, one NaN, +-inf, an overflowing sum of squares and, with
-    ``scaled``, rows multiplied by 2**-100 and 2**40 (still exact)."""
+    """float32 rows of multiples of 2**-12 below 4 in magnitude (15 significant bits: every
+    Hadamard sum exact in float32), and rows at the edges of the norm's range: all zero, one
+    NaN, +-inf, an overflowing sum of squares and, with ``scaled``, rows multiplied by 2**-100
+    (a sum of squares below float32's normals) and 2**40 (still exact)."""
     x = torch.randint(-(1 << 14), 1 << 14, (n, heads, d), generator=gen).float() / 4096
     x[0] = 0.0
     x[1, 0, 5] = float("nan")
@@ -180,16 +184,15 @@ def _check_exact(ref, got, preset, d, k, v, slots, cal, positions) -> None:
         _assert_on_boundaries(va, vb, "value", _lloyd_max_near(cv, tq_core.value_codebook(p, d)[1]))
 
 
-@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("preset", EVERY_PRESET)
-def test_exact_inputs_store_the_same_bytes(preset, dtype, config, gen, device):
-    """Rows whose float32 Hadamard sums are exact, with 15 significant bits in float32 (two
-    float16 parts) or bfloat16's 8 (one part), and the non-finite and scaled rows of
-    :func:`_exact_rows`: every knob writes tq_core.store's norms, scales and zero points bit
-    for bit, and its codes except where a float32 rounding decides them (found in float64:
-    :func:`_check_exact`). A rotation that drops or rounds a part, or scales a row by a wrong
-    power of two, moves codes away from any boundary."""
+def test_exact_inputs_store_the_same_bytes(preset, dtype, variant, gen, device, monkeypatch):
+    """Rows whose float32 Hadamard sums are exact, with 15 significant bits in float32 or
+    bfloat16's 8, and the non-finite and scaled rows of :func:`_exact_rows`: every variant
+    writes tq_core.store's norms, scales and zero points bit for bit, and its codes except
+    where a float32 rounding decides them (found in float64: :func:`_check_exact`). A wrong
+    offset, row or reciprocal moves codes away from any boundary."""
     heads, d, n = 2, 128, 40
     calibrated = tq_core.get_preset(preset).calibrated
     k = _exact_rows(gen, n, heads, d, scaled=not calibrated).to(device, dtype)
@@ -200,77 +203,18 @@ def test_exact_inputs_store_the_same_bytes(preset, dtype, config, gen, device):
     slots = torch.randperm(nslots, generator=gen)[:n].to(device)
     slots[11] = -1
     tq_core.store(k, v, ref, slots, preset, **extra)
-    tq_triton.store(k, v, got, slots, preset, config=CONFIGS[config], **extra)
+    _store_variant(variant, monkeypatch, k, v, got, slots, preset, **extra)
     _check_exact(ref, got, preset, d, k, v, slots, cal, extra.get("positions"))
 
 
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
-@pytest.mark.parametrize("preset", ["turboquant_k3v4_nc", "tq_k4v3"])
-def test_rotation_at_every_head_dim(preset, head_dim, gen, device):
-    """Head dims whose Hadamard matrix is the whole rotation (64, 128) and one that needs a
-    butterfly stage after the product (256: ``H_256 = H_2 kron H_128``)."""
-    heads, n = 2, 45
-    k = (torch.randn(n, heads, head_dim, generator=gen) * 3).to(device)
-    v = torch.randn(n, heads, head_dim, generator=gen).to(device)
-    extra = _extra(preset, gen, n, heads, head_dim, device)
-    ref, got, nslots = caches(preset, head_dim, 16, heads, gen, device, n)
-    slots = torch.randperm(nslots, generator=gen)[:n].to(device)
-    tq_core.store(k, v, ref, slots, preset, **extra)
-    tq_triton.store(k, v, got, slots, preset, config=StoreConfig(rotation=1, lean=1), **extra)
-    same = (ref == got).float().mean().item()
-    assert same >= 0.999, f"only {same:.5f} of bytes identical"
-    _differences_are_rounding_boundaries(ref, got, preset, head_dim, k, slots)
-
-
-@triton.jit
-def _rotate_kernel(
-    X, Hmat, Y, T: tl.constexpr, D: tl.constexpr, M: tl.constexpr, LOG2_C: tl.constexpr, PARTS: tl.constexpr
-):
-    rows = tl.arange(0, T)[:, None] * D + tl.arange(0, D)[None, :]
-    x = tl.load(X + rows)
-    scale, unscale = fp16_row_scale(tl.sum(x * x, axis=1))
-    y = fwht_rows_dot(x, Hmat, scale, T, D, M, LOG2_C, PARTS)
-    tl.store(Y + rows, y * unscale[:, None])
-
-
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
-def test_matrix_unit_rotation_keeps_float32_accuracy(head_dim, gen, device):
-    """``fwht_rows_dot`` against the float64 product, over rows from 2**-60 to 2**50 in scale,
-    float32 rows with two float16 parts and bfloat16 rows with one: within ``2**-18 sqrt(D)
-    ||x||`` of it. The interpreter's float32 product stays below ``2**-24 sqrt(D) ||x||``; the
-    bound leaves a GPU's accumulation order room, and a dropped part errs by about 2**-12."""
-    t = 16
-    x = torch.randn(t, head_dim, generator=gen, dtype=torch.float64)
-    x = x * (2.0 ** torch.linspace(-60, 50, t, dtype=torch.float64))[:, None]
-    x = x.float()
-    h = (hadamard_matrix(head_dim, torch.float64) * math.sqrt(head_dim)).round()
-    m = min(head_dim, 128)
-    hm = hadamard_fp16(m, torch.device(device))
-    for parts, rows in ((2, x), (1, x.bfloat16().float())):
-        y = torch.empty(t, head_dim, device=device)
-        _rotate_kernel[(1,)](rows.to(device), hm, y, t, head_dim, m, (head_dim // m).bit_length() - 1, parts)
-        err = (y.double().cpu() - rows.double() @ h).abs()
-        bound = 2.0**-18 * math.sqrt(head_dim) * rows.double().norm(dim=1, keepdim=True)
-        assert (err <= bound).all(), f"{parts} part(s): largest error {(err / bound).max().item():.3g} of the bound"
-
-
-def test_hadamard_fp16_is_sylvester():
-    for m in (16, 64, 128):
-        want = (hadamard_matrix(m, torch.float64) * math.sqrt(m)).round()
-        assert torch.equal(hadamard_fp16(m, torch.device("cpu")).double(), want)
-
-
-def test_knobs_default_off_and_read_from_the_environment(monkeypatch):
-    """Both knobs default to the store as it was (0); the environment overrides the table,
-    and values outside 0-1 are refused."""
-    assert StoreConfig().rotation == 0 and StoreConfig().lean == 0
+@pytest.mark.parametrize("var", ["TQ_STORE_ROTATION", "TQ_STORE_LEAN"])
+def test_removed_store_knobs_are_refused(var, monkeypatch):
+    """The store's ``rotation`` and ``lean`` knobs are gone (the rotation always by butterflies,
+    the lean code always): setting either variable, even to 0, raises and says why."""
+    assert not {"rotation", "lean"} & {f.name for f in fields(StoreConfig)}
     tuning.clear_cache()
-    monkeypatch.setenv("TQ_STORE_ROTATION", "1")
-    monkeypatch.setenv("TQ_STORE_LEAN", "1")
-    cfg = tuning.store_config(torch.device("cpu"), "turboquant_k3v4_nc")
-    assert (cfg.rotation, cfg.lean) == (1, 1)
-    monkeypatch.setenv("TQ_STORE_ROTATION", "2")
-    with pytest.raises(TuningError):
+    monkeypatch.setenv(var, "0")
+    with pytest.raises(TuningError, match=f"{var} was removed"):
         tuning.store_config(torch.device("cpu"), "turboquant_k3v4_nc")
 
 
@@ -317,26 +261,34 @@ class _GrabLaunch:
 
 @pytest.mark.parametrize(("nvidia", "cap", "want"), [(True, 128, 128), (True, 0, None), (False, 128, None)])
 def test_register_cap_reaches_nvidia_launches_only(nvidia, cap, want, monkeypatch, device):
-    st = sys.modules["tq_triton.store"]
     grab = _GrabLaunch()
-    monkeypatch.setattr(st, "_store_kernel", grab)
-    monkeypatch.setattr(st, "nvidia", lambda dev: nvidia)
+    monkeypatch.setattr(ST, "_store_kernel", grab)
+    monkeypatch.setattr(ST, "nvidia", lambda dev: nvidia)
     _, cache, _ = caches("turboquant_k3v4_nc", 64, 16, 1, torch.Generator().manual_seed(0), device, 4)
     x = torch.zeros(4, 1, 64, device=device)
-    st.store(x, x, cache, torch.arange(4, device=device), "turboquant_k3v4_nc", config=StoreConfig(max_registers=cap))
+    ST.store(x, x, cache, torch.arange(4, device=device), "turboquant_k3v4_nc", config=StoreConfig(max_registers=cap))
     assert grab.kwargs.get("maxnreg") == want
 
 
-@pytest.mark.parametrize(("stride", "lean"), [((1 << 24) - 64, True), (1 << 24, False)])
-def test_lean_needs_32_bit_offsets_inside_a_program(stride, lean, monkeypatch, device):
-    """``lean`` adds ``r * stride`` in 32 bits for the program's tokens ``r < block_t``: a row
-    stride that could overflow them (here 2**24 rows apart with 128-token programs) runs the
-    store with ``lean`` 0."""
-    st = sys.modules["tq_triton.store"]
+@pytest.mark.parametrize(("stride", "wide"), [((1 << 24) - 64, False), (1 << 24, True)])
+def test_wide_offsets_where_a_row_stride_could_overflow_32_bits(stride, wide, monkeypatch, device):
+    """The program's tokens ``r < block_t`` add ``r * stride`` in 32 bits: a row stride that
+    could overflow them (here 2**24 rows apart with 128-token programs) launches the kernel
+    with 64-bit offsets."""
     grab = _GrabLaunch()
-    monkeypatch.setattr(st, "_store_kernel", grab)
+    monkeypatch.setattr(ST, "_store_kernel", grab)
     _, cache, _ = caches("turboquant_k3v4_nc", 64, 16, 1, torch.Generator().manual_seed(0), device, 2)
     x = torch.zeros(stride + 64, dtype=torch.bfloat16, device=device).as_strided((2, 1, 64), (stride, 64, 1))
-    cfg = StoreConfig(lean=1, block_t=128)
-    st.store(x, x, cache, torch.arange(2, device=device), "turboquant_k3v4_nc", config=cfg)
-    assert grab.kwargs["LEAN"] is lean
+    ST.store(x, x, cache, torch.arange(2, device=device), "turboquant_k3v4_nc", config=StoreConfig(block_t=128))
+    assert grab.kwargs["WIDE_OFFSETS"] is wide
+
+
+def test_wide_offsets_bound():
+    """64-bit offsets exactly where ``block_t`` times the largest row stride (keys, values or
+    slot mapping) reaches 2**31."""
+    assert not ST.wide_offsets(16, 3 * 128, 3 * 128, 1)
+    assert not ST.wide_offsets(16, (1 << 27) - 1, 1, 1)
+    assert ST.wide_offsets(16, 1 << 27, 1, 1)
+    assert ST.wide_offsets(128, 1, 1 << 24, 1)
+    assert ST.wide_offsets(16, 1, 1, 1 << 27)
+    assert not ST.wide_offsets(128, 0, 0, (1 << 24) - 1)

@@ -9,9 +9,6 @@ Byte-identical to ``tq_core.store`` except for codes that sit on a rounding boun
 
 from __future__ import annotations
 
-import functools
-import math
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -20,13 +17,12 @@ import triton.language as tl
 
 from tq_core import LayerCalibration, Preset
 from tq_core.contract import check_store_args, debug_enabled
-from tq_core.hadamard import hadamard_matrix
 
 from .bitpack import store_codes
 from .cache_fields import FP16_BYTES, field_ptr
 from .device import check_runnable, nvidia
 from .device_tensors import cached_codebook, cached_value_codebook, dummy
-from .hadamard import fwht_rows, fwht_rows_dot
+from .hadamard import fwht_rows
 from .tuning import StoreConfig, launch_options, store_config
 
 FP16_MAX = tl.constexpr(65504.0)
@@ -136,17 +132,6 @@ def codebook_codes_bsearch(u, Bounds, KBITS: tl.constexpr):
 
 
 @triton.jit
-def fp16_row_scale(ss):
-    """(``2**(15 - c)``, ``2**(c - 15)``) per row from the rows' float32 sums of squares ``ss``:
-    every ``|x_i| <= sqrt(ss) < 2**c`` with ``c = ceil((e + 1) / 2)``, ``e`` the exponent of
-    ``ss`` (-127 for 0 and subnormal ``ss``, 128 for inf and NaN), so the first factor brings
-    the row below ``2**15``, inside float16's range, and the second undoes it exactly. Both
-    are normal float32 powers of two for every ``ss``."""
-    c = (((ss.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 125) >> 1
-    return ((142 - c) << 23).to(tl.float32, bitcast=True), ((112 + c) << 23).to(tl.float32, bitcast=True)
-
-
-@triton.jit
 def _lloyd_max_code(
     x,
     Bounds,
@@ -156,42 +141,26 @@ def _lloyd_max_code(
     BITS: tl.constexpr,
     NUM_BOUNDS: tl.constexpr,
     CODE_SEARCH: tl.constexpr,
-    Hmat=None,
-    ROTATION: tl.constexpr = 0,
-    ROT_M: tl.constexpr = 128,
-    LOG2_ROT_C: tl.constexpr = 0,
-    PARTS: tl.constexpr = 2,
-    LEAN: tl.constexpr = False,
     Centroids=None,
     FOLD: tl.constexpr = False,
 ):
     """Rows ``x`` ``[BLOCK_T, D]`` (float32) -> (codes ``[BLOCK_T, D]`` of ``H x / ||x||``,
     norms ``[BLOCK_T]``): the Lloyd-Max code of keys, and of calibrated formats' values. A
     row whose sum of squares is not finite gets norm 0 and code 0 throughout.
-    ``ROTATION`` 1 rotates on the matrix units (:func:`~tq_triton.hadamard.fwht_rows_dot`
-    with ``Hmat`` of order ``ROT_M`` and ``PARTS`` float16 parts), 0 by butterflies.
     ``FOLD`` (``Preset.folds_norm``): the norm is divided by the norm of the row's centroids
     (float32 ``Centroids``, gathered by code; no Gaussian centroid is 0)."""
     ss = tl.sum(x * x, axis=1)  # NaN or inf for a row with a non-finite element
     bad = ~(ss < FP32_INF)
     norm = tl.where(bad, 0.0, tl.sqrt(ss))
-    if ROTATION == 0:
-        y = fwht_rows(x, BLOCK_T, D, LOG2_D)
-    # y is sqrt(D) * (H x); the unit vector's coordinate is y / (sqrt(D) * norm). A bad
-    # row's coordinates become NaN, which lies at or above no boundary: code 0 throughout
-    if LEAN:
-        # one reciprocal square root per row instead of a square root and a division; a
-        # subnormal ss (which the approximation may flush to 0) is first scaled by 2**64
-        tiny = ss < 1e-30
-        r = tl.math.rsqrt(tl.where(tiny, ss * 18446744073709551616.0, tl.where(ss > 0, ss, 1.0)))
-        inv = tl.where(ss > 0, r * tl.where(tiny, 4294967296.0, 1.0) * tl.math.rsqrt(D * 1.0), 0.0)
-    else:
-        inv = tl.where(norm > 0, 1.0 / (tl.where(norm > 0, norm, 1.0) * tl.sqrt(D * 1.0)), 0.0)
+    y = fwht_rows(x, BLOCK_T, D, LOG2_D)
+    # y is sqrt(D) * (H x); the unit vector's coordinate is y / (sqrt(D) * norm), taken with
+    # one reciprocal square root per row; a subnormal ss (which the approximation may flush
+    # to 0) is first scaled by 2**64. A bad row's coordinates become NaN, which lies at or
+    # above no boundary: code 0 throughout
+    tiny = ss < 1e-30
+    r = tl.math.rsqrt(tl.where(tiny, ss * 18446744073709551616.0, tl.where(ss > 0, ss, 1.0)))
+    inv = tl.where(ss > 0, r * tl.where(tiny, 4294967296.0, 1.0) * tl.math.rsqrt(D * 1.0), 0.0)
     inv = tl.where(bad, float("nan"), inv)
-    if ROTATION == 1:
-        scale, unscale = fp16_row_scale(ss)
-        inv = inv * unscale
-        y = fwht_rows_dot(x, Hmat, scale, BLOCK_T, D, ROT_M, LOG2_ROT_C, PARTS)
     u = y * inv[:, None]
     if CODE_SEARCH and BITS >= 3:
         codes = codebook_codes_bsearch(u, Bounds, BITS)
@@ -267,7 +236,6 @@ def _store_kernel(
     VBounds,
     KCentroids,
     VCentroids,
-    Hmat,
     BLOCK_SIZE: tl.constexpr,
     HEAD_STRIDE: tl.constexpr,
     KEY_OFF: tl.constexpr,
@@ -288,39 +256,30 @@ def _store_kernel(
     CALIBRATED: tl.constexpr = False,
     SYMMETRIC_VALUES: tl.constexpr = False,
     FOLD_NORM: tl.constexpr = False,
-    ROTATION: tl.constexpr = 0,
-    LEAN: tl.constexpr = False,
-    ROT_M: tl.constexpr = 128,
-    LOG2_ROT_C: tl.constexpr = 0,
-    KEY_PARTS: tl.constexpr = 2,
-    VALUE_PARTS: tl.constexpr = 2,
+    WIDE_OFFSETS: tl.constexpr = False,
 ):
     """``CALIBRATED``: a calibrated format (docs/format.md): each token's position is read
     from ``Positions`` (position 0 is coded against the first-position offsets), keys and
     values are coded as ``gain * (x - offset)`` with the kv head's calibration vectors
     (contiguous float32 ``[num_kv_heads, D]``), values take the Lloyd-Max code of
     ``VBITS`` bits (boundaries ``VBounds``), or with ``SYMMETRIC_VALUES`` the symmetric code
-    (:func:`_symmetric_code`, rotated by butterflies whatever ``ROTATION``). Otherwise none
-    of those pointers is read.
+    (:func:`_symmetric_code`). Otherwise none of those pointers is read.
     ``FOLD_NORM`` (``Preset.folds_norm``): the key norm and (Lloyd-Max) value scale fields
     hold each row's norm over its centroids' norm (float32 centroids ``KCentroids``,
     ``VCentroids``).
-    ``ROTATION`` and ``LEAN``: ``StoreConfig.rotation`` and ``lean`` (``Hmat``: the Hadamard
-    matrix ``rotation`` 1 multiplies by, of order ``ROT_M``; ``KEY_PARTS``, ``VALUE_PARTS``:
-    the float16 parts of each row, see ``kernel_constexprs``)."""
+    Offsets inside the program's tokens are 32-bit, added to 64-bit scalar bases, unless
+    ``WIDE_OFFSETS`` (:func:`wide_offsets`: a row stride times ``BLOCK_T`` could overflow
+    them), which makes them 64-bit. Key and value rows are read for every token of the call
+    (not only those with a slot), so those loads need no slot."""
     pid_t = tl.program_id(0)
     h = tl.program_id(1).to(tl.int64)
-    t = pid_t.to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
-    if LEAN:
-        # 32-bit offsets inside the program's tokens from 64-bit scalar bases; key and value
-        # rows are read for every token of the call (not only those with a slot), so those
-        # loads need no slot
-        t0 = pid_t.to(tl.int64) * BLOCK_T
-        r = tl.arange(0, BLOCK_T)
-        live = r < num_tokens - t0
-        slot = tl.load(SlotMapping + t0 * stride_sm + r * stride_sm, mask=live, other=-1).to(tl.int64)
-    else:
-        slot = tl.load(SlotMapping + t * stride_sm, mask=t < num_tokens, other=-1).to(tl.int64)
+    t0 = pid_t.to(tl.int64) * BLOCK_T
+    r = tl.arange(0, BLOCK_T)
+    if WIDE_OFFSETS:
+        r = r.to(tl.int64)
+    live = r < num_tokens - t0
+    t = t0 + r
+    slot = tl.load(SlotMapping + t0 * stride_sm + r * stride_sm, mask=live, other=-1).to(tl.int64)
     # padding (negative) and slots past the cache are skipped: no token writes outside it
     ok = (slot >= 0) & (slot < num_slots)
     slot = tl.where(ok, slot, 0)
@@ -331,10 +290,7 @@ def _store_kernel(
         first = tl.load(Positions + t * stride_pos, mask=ok, other=1) == 0
         ch = h * D + d
 
-    if LEAN:
-        k = _rows(K, t0 * stride_kt + h * stride_kh, stride_kt, r, live, D)
-    else:
-        k = tl.load(K + t[:, None] * stride_kt + h * stride_kh + d[None, :], mask=ok[:, None], other=0.0).to(tl.float32)
+    k = _rows(K, t0 * stride_kt + h * stride_kh, stride_kt, r, live, D)
     # Non-finite inputs (tq_core.codec, docs/overview.md): fp8 keys per element (NaN -> 0,
     # ±inf saturate to ±448); a Lloyd-Max key or a value row with a non-finite element is
     # stored as the zero vector. The rows are recognised from the sum of squares and the
@@ -355,12 +311,6 @@ def _store_kernel(
             KBITS,
             NUM_BOUNDS,
             CODE_SEARCH,
-            Hmat=Hmat,
-            ROTATION=ROTATION,
-            ROT_M=ROT_M,
-            LOG2_ROT_C=LOG2_ROT_C,
-            PARTS=KEY_PARTS,
-            LEAN=LEAN,
             Centroids=KCentroids,
             FOLD=FOLD_NORM,
         )
@@ -369,10 +319,7 @@ def _store_kernel(
         nptr = field_ptr(base, off, NORM_OFF, FP16_BYTES).to(tl.pointer_type(tl.float16))
         tl.store(nptr, tl.minimum(norm, FP16_MAX).to(tl.float16), mask=ok)
 
-    if LEAN:
-        v = _rows(V, t0 * stride_vt + h * stride_vh, stride_vt, r, live, D)
-    else:
-        v = tl.load(V + t[:, None] * stride_vt + h * stride_vh + d[None, :], mask=ok[:, None], other=0.0).to(tl.float32)
+    v = _rows(V, t0 * stride_vt + h * stride_vh, stride_vt, r, live, D)
     if CALIBRATED and SYMMETRIC_VALUES:
         v = _coded(v, first, ValueGain, ValueOffset, ValueFirstOffset, ch)
         vcodes, vs16 = _symmetric_code(v, BLOCK_T, D, LOG2_D, VBITS)
@@ -390,12 +337,6 @@ def _store_kernel(
             VBITS,
             (1 << VBITS) - 1,
             CODE_SEARCH,
-            Hmat=Hmat,
-            ROTATION=ROTATION,
-            ROT_M=ROT_M,
-            LOG2_ROT_C=LOG2_ROT_C,
-            PARTS=VALUE_PARTS,
-            LEAN=LEAN,
             Centroids=VCentroids,
             FOLD=FOLD_NORM,
         )
@@ -413,44 +354,31 @@ def _store_kernel(
         scale16 = tl.where(v_bad, 0.0, tl.minimum((vmax - vmin) / LEVELS, FP16_MAX)).to(tl.float16)
         zero16 = tl.where(v_bad, 0.0, tl.minimum(tl.maximum(vmin, -FP16_MAX), FP16_MAX)).to(tl.float16)
         scale = scale16.to(tl.float32)
+        # each code is floor((v - zero) / scale + 0.5), clamped to 0 .. LEVELS: the row's
+        # reciprocal scale (0 for scale 0, so that every code is 0) times v - zero, plus 0.5;
+        # a NaN (inf * 0) and a negative value clamp to 0 before the truncating conversion
         safe = tl.where(scale > 0, scale, 1.0)
-        if LEAN:
-            # the row's reciprocal scale, 0 for scale 0 so that every code is 0: on cuda the
-            # same reciprocal and fused multiply-add as the division above; a NaN (inf * 0)
-            # and a negative value clamp to 0 before the truncating conversion (floor there)
-            rcp = tl.where(scale > 0, 1.0 / safe, 0.0)
-            qf = tl.maximum((v - zero16.to(tl.float32)[:, None]) * rcp[:, None] + 0.5, 0.0)
-            qc = tl.minimum(qf.to(tl.uint32), LEVELS)
-        else:
-            q = tl.floor((v - zero16.to(tl.float32)[:, None]) / safe[:, None] + 0.5)
-            q = tl.minimum(tl.maximum(q, 0.0), LEVELS * 1.0)
-            q = tl.where(scale[:, None] > 0, q, 0.0)
-            qc = q.to(tl.uint32)
+        rcp = tl.where(scale > 0, 1.0 / safe, 0.0)
+        qf = tl.maximum((v - zero16.to(tl.float32)[:, None]) * rcp[:, None] + 0.5, 0.0)
+        qc = tl.minimum(qf.to(tl.uint32), LEVELS)
         vptr = field_ptr(base, off, VAL_OFF, VAL_BYTES).to(tl.pointer_type(tl.int32))
         store_codes(vptr, ok, qc, VBITS, D, BLOCK_T)
         tl.store(field_ptr(base, off, SCALE_OFF, FP16_BYTES).to(tl.pointer_type(tl.float16)), scale16, mask=ok)
         tl.store(field_ptr(base, off, ZERO_OFF, FP16_BYTES).to(tl.pointer_type(tl.float16)), zero16, mask=ok)
 
 
-@functools.cache
-def hadamard_fp16(m: int, device: torch.device) -> torch.Tensor:
-    """The unnormalised Sylvester Hadamard matrix of order ``m`` (entries +-1, exact in
-    float16) on ``device``: the store's ``rotation`` 1 multiplies by it (tq-core's
-    orthonormal matrix times ``sqrt(m)``, rounded to the exact +-1)."""
-    return (hadamard_matrix(m, torch.float64) * math.sqrt(m)).round().to(torch.float16).to(device)
+def wide_offsets(block_t: int, *row_strides: int) -> bool:
+    """Whether ``_store_kernel`` needs 64-bit offsets inside a program (``WIDE_OFFSETS``): a
+    program adds ``r * stride`` for its tokens ``r < block_t`` in 32 bits otherwise, so
+    ``block_t`` times the largest of the key, value and slot-mapping row strides (in
+    elements) must stay below ``2**31``."""
+    return block_t * max(row_strides) >= 1 << 31
 
 
-def rotation_order(head_dim: int) -> int:
-    """The order of the Hadamard matrix that ``rotation`` 1 multiplies by on the matrix units
-    (at most 128: 32 KB of float16 per program); butterflies do the rest of a larger head."""
-    return min(head_dim, 128)
-
-
-def kernel_constexprs(p: Preset, fields: dict[str, Any], cfg: StoreConfig, key_dtype: torch.dtype) -> dict[str, Any]:
+def kernel_constexprs(p: Preset, fields: dict[str, Any], cfg: StoreConfig, wide: bool = False) -> dict[str, Any]:
     """``_store_kernel``'s compile-time arguments for preset ``p``, its cache ``fields``
-    (``KernelFields.constexprs()``), launch parameters ``cfg`` and keys (and values) of
-    ``key_dtype``."""
-    rot_m = rotation_order(fields["D"])
+    (``KernelFields.constexprs()``) and launch parameters ``cfg``; ``wide``:
+    :func:`wide_offsets` of the call's strides."""
     return dict(
         fields,
         NUM_BOUNDS=0 if p.key_is_fp8 else (1 << p.key_bits) - 1,
@@ -459,14 +387,7 @@ def kernel_constexprs(p: Preset, fields: dict[str, Any], cfg: StoreConfig, key_d
         CALIBRATED=p.calibrated,
         SYMMETRIC_VALUES=p.value_kind == "symmetric",
         FOLD_NORM=p.folds_norm,
-        LEAN=bool(cfg.lean),
-        ROTATION=cfg.rotation,
-        ROT_M=rot_m,
-        LOG2_ROT_C=(fields["D"] // rot_m).bit_length() - 1,
-        # bfloat16 and float16 rows are float16 after the power-of-two scaling (one part);
-        # calibrated formats code float32 rows, gain * (x - offset) (two)
-        KEY_PARTS=1 if key_dtype in (torch.bfloat16, torch.float16) and not p.calibrated else 2,
-        VALUE_PARTS=2,
+        WIDE_OFFSETS=wide,
     )
 
 
@@ -518,10 +439,8 @@ def store(
     p = args.preset
     kcent, bounds = (dummy(key.device),) * 2 if p.key_is_fp8 else cached_codebook(p, d, key.device)[:2]
     cfg = config or store_config(key.device, p.name)
-    if cfg.lean and cfg.block_t * max(key.stride(0), value.stride(0), slot_mapping.stride(0)) >= 1 << 31:
-        cfg = replace(cfg, lean=0)  # lean's offsets inside a program are 32-bit
+    wide = wide_offsets(cfg.block_t, key.stride(0), value.stride(0), slot_mapping.stride(0))
     grid = (triton.cdiv(n, cfg.block_t), h)
-    hmat = hadamard_fp16(rotation_order(d), key.device) if cfg.rotation else dummy(key.device)
     if p.calibrated:
         assert calibration is not None and args.positions is not None  # check_store_args requires them
         cal = (args.positions, args.positions.stride(0), *calibration.kernel_vectors())
@@ -550,8 +469,7 @@ def store(
         vbounds,
         kcent,
         vcent,
-        hmat,
-        **kernel_constexprs(p, args.fields.constexprs(), cfg, key.dtype),
+        **kernel_constexprs(p, args.fields.constexprs(), cfg, wide),
         num_warps=cfg.num_warps,
         **launch_options(key.device),
         **({"maxnreg": cfg.max_registers} if cfg.max_registers and nvidia(key.device) else {}),

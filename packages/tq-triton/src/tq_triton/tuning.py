@@ -12,8 +12,9 @@ verification with 8 q heads per kv head has 64-row tiles, with 4 it has 32-row t
 best tile can differ between them), then ``attention[p]["b:dD"]`` for head dimension ``D`` (the
 best kernel, tiles and register cap differ between head_dims), then the environment variables of
 :data:`ENV_OVERRIDES` (``TQ_BLOCK_KV``, ``TQ_NUM_WARPS``, ... ``TQ_SKIP_EMPTY``). The
-store reads its table entry, then :data:`STORE_ENV_OVERRIDES` (``TQ_CODE_SEARCH``,
-``TQ_STORE_ROTATION``, ``TQ_STORE_LEAN``).
+store reads its table entry, then :data:`STORE_ENV_OVERRIDES` (``TQ_CODE_SEARCH``).
+Setting a variable of :data:`REMOVED_ENV` (a knob that no longer exists) raises
+``TuningError``.
 """
 
 from __future__ import annotations
@@ -120,21 +121,9 @@ class StoreConfig:
     # presets); 0 counts the boundaries at or below each coordinate (one comparison per
     # boundary). Both give the same codes.
     code_search: int = 0
-    # the Hadamard rotation of Lloyd-Max rows (keys, and calibrated formats' values): 0 by
-    # butterflies in float32 registers; 1 as a product with the Hadamard matrix on the matrix
-    # units (tl.dot), each row scaled by a power of two and split exactly into float16 parts
-    # (one for bfloat16 and float16 keys, two for float32 rows), so that only the float32
-    # accumulation rounds: the codes equal 0's except on a rounding boundary
-    rotation: int = 0
-    # 1: fewer instructions per token around the coding, the same codes except on a rounding
-    # boundary: 32-bit offsets inside a program from 64-bit bases, key and value rows read
-    # without waiting for the slots, 1/||x|| as one reciprocal square root per row, uniform
-    # value codes by a truncating conversion of (v - zero) * (1 / scale) + 0.5 (the
-    # division's own reciprocal on cuda) instead of a division, a floor and a select
-    lean: int = 0
     # cuda only: cap registers per thread (Triton's ``maxnreg``) so that more programs fit on
-    # a multiprocessor (the 64-token tiles with rotation 1 take 160-240); 0 leaves the
-    # choice to the compiler
+    # a multiprocessor (the H200 table's calibrated formats: 96); 0 leaves the choice to the
+    # compiler
     max_registers: int = 0
 
 
@@ -152,8 +141,6 @@ _LIMITS: dict[str, tuple[int, int, bool]] = {
     "max_registers": (0, 255, False),
     "key_lut": (0, 2, False),
     "code_search": (0, 1, False),
-    "rotation": (0, 1, False),
-    "lean": (0, 1, False),
     "min_rows": (16, 128, True),
     "gluon": (0, 1, False),
     "wgmma": (0, 1, False),
@@ -188,11 +175,17 @@ REMOVED_ENV = {
     "TQ_VALUE_ACC": "the value product always accumulates inside the matrix unit",
     "TQ_VALUE_WORDS": "the Gluon kernel always decodes 4-bit values two per word, the portable kernel never",
     "TQ_BF16_PARTIALS": "partial outputs are float32",
+    "TQ_STORE_ROTATION": (
+        "the store always rotates by butterflies: on the H200 the matrix-unit rotation ran at "
+        "0.45-0.84x of its speed (docs/perf/runs/2026-12-04-store)"
+    ),
+    "TQ_STORE_LEAN": (
+        "the store always runs its lean code, 1-4% faster on the H200, with 64-bit offsets only "
+        "where the strides need them (docs/perf/runs/2026-12-04-store)"
+    ),
 }
 STORE_ENV_OVERRIDES = {
     "TQ_CODE_SEARCH": "code_search",
-    "TQ_STORE_ROTATION": "rotation",
-    "TQ_STORE_LEAN": "lean",
 }
 
 
@@ -337,8 +330,7 @@ def _store_cached(dev_name: str, preset: str, env: tuple[tuple[str, int], ...]) 
 
 def store_config(device: torch.device, preset: str) -> StoreConfig:
     """The store's launch parameters: built-in defaults, the device's table, then
-    :data:`STORE_ENV_OVERRIDES` (``TQ_CODE_SEARCH``, ``TQ_STORE_ROTATION``, ``TQ_STORE_LEAN``)
-    from the environment."""
+    :data:`STORE_ENV_OVERRIDES` (``TQ_CODE_SEARCH``) from the environment."""
     return _store_cached(device_key(device), preset, _env_overrides(STORE_ENV_OVERRIDES))
 
 
