@@ -197,11 +197,11 @@ def attention_cfg(preset: str, query_len: int, rows: int = 0, head_dim: int = 0)
 
 def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
     """Every launch to compile. ``knobs``: also each attention launch with the knobs on that
-    the xpu path does not use by default (``KEY_LUT`` and ``VALUE_LUT`` 2, the register
-    tables' integer emulation, for 3- and 4-bit codebook keys and calibrated values;
-    ``BALANCE``, ``split_budget``'s split sizes, and ``SKIP_EMPTY``, ``skip_empty``, where
-    the launch has kv splits; tq_k4v4's symmetric values from their bits, ``INT_VALUES``), and
-    the merge kernel with ``SKIP_EMPTY``."""
+    the xpu path does not use by default (``BALANCE``, ``split_budget``'s split sizes, and
+    ``SKIP_EMPTY``, ``skip_empty``, where the launch has kv splits; tq_k4v4's symmetric values
+    from their bits, ``INT_VALUES``), and the merge kernel with ``SKIP_EMPTY``. 3- and 4-bit
+    codebook keys and calibrated values are looked up in the register tables of ``key_lut``
+    (``KEY_LUT``, ``VALUE_LUT`` as the plan sets them), whose pointers are then int32."""
     import tq_core
     from tq_triton.attention.kernel import MERGE_WARPS, attention_kernel, merge_kernel
     from tq_triton.attention.plan import kernel_constexprs, next_pow2, plan_block_q
@@ -251,22 +251,19 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
                             "BlockTable": "*i32",
                             "SeqLens": "*i32",
                             "QueryStart": "*i32",
-                            "Centroids": "*fp32" if p.key_is_fp8 else "*fp16",
+                            "Centroids": "*fp32" if p.key_is_fp8 else ("*i32" if cx["KEY_LUT"] else "*fp16"),
                             "Out": f"*{INPUT_DTYPE}",
                             "Partial": "*fp32",
                             "Lse": "*fp32",
                             "q_mul": "fp32",
                             "q_scale": "fp32",
-                            "VCentroids": "*fp16",
+                            "VCentroids": "*i32" if cx["VALUE_LUT"] else "*fp16",
                         }
                         types |= dict.fromkeys(CALIBRATION_ARGS, "*fp32")
                         variants = [("", cx, types)]
                         if knobs:
-                            lut = 2 if not p.key_is_fp8 and p.key_bits in (3, 4) else 0
-                            vlut = 2 if p.calibrated and p.value_bits in (3, 4) else 0
-                            kcx = dict(cx, KEY_LUT=lut, VALUE_LUT=vlut, BALANCE=splits > 1, SKIP_EMPTY=splits > 1)
-                            ktypes = dict(types, Centroids="*i32") if lut else types
-                            variants.append((" knobs", kcx, dict(ktypes, VCentroids="*i32") if vlut else ktypes))
+                            kcx = dict(cx, BALANCE=splits > 1, SKIP_EMPTY=splits > 1)
+                            variants.append((" knobs", kcx, types))
                             if p.value_kind == "symmetric":
                                 variants.append((" int_values", dict(cx, INT_VALUES=True), types))
                         for suffix, vcx, vtypes in variants:
@@ -473,8 +470,8 @@ def main(argv: list[str] | None = None) -> int:
         ),
         (
             "--knobs",
-            "also compile each attention launch with the knobs on that xpu does not use by default (key_lut 2; "
-            "split_budget and skip_empty where there are kv splits, with their merge kernel)",
+            "also compile each attention launch with the knobs on that xpu does not use by default (split_budget "
+            "and skip_empty where there are kv splits, with their merge kernel; int_values for tq_k4v4)",
         ),
         ("--list", "print the compiles it would run, compile none"),
     )

@@ -2,13 +2,13 @@
 # A/B timing of git refs (main against experimental branches) on one GPU, in one run.
 #
 # Step 1, where git and the build backend are (the CPU machine):
-#     docs/perf/scripts/ab_refs.sh prep main exp/key-lut exp/value-words
+#     docs/perf/scripts/ab_refs.sh prep main exp/tiles exp/value-words
 #   writes .ab/<name>/ (the ref's packages/ tree, for its tests) and .ab/<name>.whl/ (wheels of
 #   tq-core and tq-triton), <name> being the ref with '/' turned into '-'.
 # Step 2, on the GPU machine, with .ab carried along (no package index needed):
-#     docs/perf/scripts/ab_refs.sh run OUTDIR main exp-key-lut exp-key-lut@TQ_KEY_LUT=1
+#     docs/perf/scripts/ab_refs.sh run OUTDIR main exp-tiles exp-tiles@TQ_GLUON=0
 #   Each case is <name>[@VAR=VALUE[,VAR=VALUE...]]: the environment sets tq's overrides
-#   (TQ_KEY_LUT, TQ_VALUE_ACC, TQ_MAX_REGISTERS...). Two rounds of `tq bench` over
+#   (TQ_GLUON, TQ_SPLIT_BUDGET, TQ_MAX_REGISTERS...). Two rounds of `tq bench` over
 #   AB_SHAPES (default decode-32k,verify-32k,poc) for AB_PRESETS, the cases interleaved, so
 #   that a drift of the machine shows as a difference between rounds. Logs go to OUTDIR;
 #   the tq_triton rows are printed. AB_STORE=1 also times the store (its rows are printed

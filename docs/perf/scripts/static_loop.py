@@ -51,9 +51,8 @@ LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
 def compile_kernel(args: argparse.Namespace):
     p = tq_core.get_preset(args.preset)
     lay = p.block_layout(args.head_dim, 16, args.kv_heads)
-    # the constexprs as the launcher passes them on an NVIDIA GPU (attention/plan.py);
-    # 3- and 4-bit codebook keys have a register table (key_lut_mode)
-    table = bool(args.key_lut) and not p.key_is_fp8 and p.key_bits in (3, 4)
+    # the constexprs as the launcher passes them on an NVIDIA GPU (attention/plan.py); 3- and
+    # 4-bit codebook keys are looked up in a register table (KEY_LUT: plan.table_keys)
     cfg = AttentionConfig(block_kv=args.block_kv, num_stages=args.stages, prefetch=args.prefetch)
     consts = kernel_constexprs(
         p,
@@ -64,8 +63,8 @@ def compile_kernel(args: argparse.Namespace):
         args.splits,
         args.block_q,
         saturate_query=False,
-        key_lut=args.key_lut if table else 0,
     )
+    table = consts["KEY_LUT"]
     types = {
         "Q": "*bf16",
         "Cache": "*u8",
@@ -161,7 +160,6 @@ def main() -> None:
     ap.add_argument("--warps", type=int, default=1)
     ap.add_argument("--prefetch", type=int, default=1)
     ap.add_argument("--stages", type=int, default=1)
-    ap.add_argument("--key-lut", type=int, default=1, choices=(0, 1), help="3- and 4-bit keys: 1 register table (PTX)")
     ap.add_argument("--splits", type=int, default=33)
     ap.add_argument("--max-registers", type=int, default=0)
     ap.add_argument("--top", type=int, default=25)
@@ -171,7 +169,7 @@ def main() -> None:
         default=0,
         choices=(0, 1),
         help="1: the explicit-layout kernel (fp8 or 3-bit keys, 4-bit values; one warp per 16 rows: --warps, "
-        "--prefetch, --stages, --key-lut do not apply)",
+        "--prefetch, --stages do not apply)",
     )
     ap.add_argument("--wgmma", type=int, default=0, choices=(0, 1), help="with --gluon 1: Hopper's warpgroup products")
     args = ap.parse_args()

@@ -73,6 +73,8 @@ def test_debug_mode_checks_metadata_values(monkeypatch, device):
         ("TQ_NUM_KV_SPLITS", "-1", "in \\["),
         ("TQ_MAX_REGISTERS", "256", "in \\["),
         ("TQ_VALUE_ACC", "1", "was removed"),
+        ("TQ_KEY_LUT", "2", "TQ_KEY_LUT was removed .*register table"),
+        ("TQ_TOKEN_ROWS", "1", "TQ_TOKEN_ROWS was removed .*TQ_GLUON=2"),
         ("TQ_GLUON", "3", "in \\["),
         ("TQ_WGMMA", "2", "in \\["),
         ("TQ_MIN_ROWS", "48", "power of two"),
@@ -217,20 +219,20 @@ def test_sweep_grid_varies_waves_only_where_they_choose_the_splits():
     assert {c.waves for c in grid if c.kv_splits == 0} == {16, 64}
     assert {c.waves for c in grid if c.kv_splits == 32} == {tuning.AttentionConfig.waves}
     assert len(set(grid)) == len(grid)
-    knobs = attention_grid([32], [1], [(1, 1)], [32], [0], [16], key_lut=[0, 1, 2], wgmma=[0, 1])
-    assert {(c.key_lut, c.wgmma) for c in knobs} == {(k, v) for k in (0, 1, 2) for v in (0, 1)}
-    assert {c.key_lut for c in grid} == {tuning.AttentionConfig.key_lut}
-    with pytest.raises(TypeError, match="value_acc"):
-        attention_grid([32], [1], [(1, 1)], [32], [0], [16], value_acc=[0])
+    knobs = attention_grid([32], [1], [(1, 1)], [32], [0], [16], gluon=[0, 1, 2], wgmma=[0, 1])
+    assert {(c.gluon, c.wgmma) for c in knobs} == {(k, v) for k in (0, 1, 2) for v in (0, 1)}
+    assert {c.gluon for c in grid} == {tuning.AttentionConfig.gluon}
+    for removed in ("value_acc", "key_lut", "token_rows"):
+        with pytest.raises(TypeError, match=removed):
+            attention_grid([32], [1], [(1, 1)], [32], [0], [16], **{removed: [0]})
     budgets = attention_grid([32], [1], [(1, 1)], [32], [0], [16], split_budget=[0, 4])
     assert [c.split_budget for c in budgets] == [0, 4]
     assert {c.split_budget for c in grid} == {tuning.AttentionConfig.split_budget}
     skips = attention_grid([32], [1], [(1, 1)], [32], [0], [16], split_budget=[4], skip_empty=[0, 1])
     assert [(c.split_budget, c.skip_empty) for c in skips] == [(4, 0), (4, 1)]
     assert {c.skip_empty for c in grid} == {tuning.AttentionConfig.skip_empty}
-    rows = attention_grid([32], [1], [(1, 1)], [32], [0], [16], gluon=[1], token_rows=[0, 1])
-    assert [(c.gluon, c.token_rows) for c in rows] == [(1, 0), (1, 1)]
-    assert {c.token_rows for c in grid} == {tuning.AttentionConfig.token_rows}
+    rows = attention_grid([32], [1], [(1, 1)], [32], [0], [16], gluon=[2], norm_mma=[0, 1])
+    assert [(c.gluon, c.norm_mma) for c in rows] == [(2, 0), (2, 1)]
 
 
 @pytest.mark.parametrize(
@@ -285,12 +287,11 @@ def test_sweep_entry_reads_back_as_the_measured_config(kv_splits):
         waves=64,
         prefetch=0,
         max_registers=128,
-        key_lut=2,
-        gluon=1,
+        gluon=2,
         wgmma=1,
         split_budget=4,
         skip_empty=1,
-        token_rows=1,
+        norm_mma=1,
     )
     entry = table_entry(cfg, 1.234567891)
     assert entry["ms"] == 1.23457
@@ -397,9 +398,9 @@ def test_shipped_tables_hold_only_what_the_loader_reads(name):
             "turboquant_k3v4_nc",
             1,
             16,
-            {"block_kv": 64, "num_warps": 1, "gluon": 1, "wgmma": 0, "split_budget": 0, "waves": 32, "token_rows": 1},
+            {"block_kv": 64, "num_warps": 1, "gluon": 2, "wgmma": 0, "split_budget": 0, "waves": 32},
         ),
-        ("NVIDIA H200", "turboquant_k8v4", 1, 16, {"block_kv": 32, "max_registers": 0, "gluon": 1, "token_rows": 1}),
+        ("NVIDIA H200", "turboquant_k8v4", 1, 16, {"block_kv": 32, "max_registers": 0, "gluon": 2}),
         ("NVIDIA H200", "turboquant_k8v4", 8, 32, {"block_kv": 64, "kv_splits": 16, "gluon": 1, "split_budget": 4}),
         ("NVIDIA H200", "turboquant_k8v4", 8, 32, {"wgmma": 0, "skip_empty": 0}),
         ("NVIDIA H200", "turboquant_k8v4", 8, 64, {"block_kv": 64, "kv_splits": 16, "gluon": 1, "wgmma": 1}),
@@ -506,15 +507,16 @@ STAR = {"block_kv": 64, "num_warps": 4, "kv_splits": 32, "gluon": 0}
 @pytest.mark.parametrize(
     ("preset", "gluon", "block_kv"),
     [
-        ("turboquant_k8v4", 1, 32),
-        ("turboquant_k3v4_nc", 1, 32),
-        ("turboquant_4bit_nc", 1, 32),
-        ("turboquant_3bit_nc", 1, 32),
+        ("turboquant_k8v4", 2, 32),
+        ("turboquant_k3v4_nc", 2, 32),
+        ("turboquant_4bit_nc", 2, 32),
+        ("turboquant_3bit_nc", 2, 32),
     ],
 )
 def test_shipped_h200_verify_entries_for_q_len_2_to_4(preset, gluon, block_kv, monkeypatch, user_tables):
     # runs/2026-12-03-verify-buckets (k8v4, k3v4_nc) and runs/2026-12-03-every-shape (4bit_nc,
-    # 3bit_nc): measured at head_dim 128 (verify-32k's geometry at q_len 2 and 4); other head
+    # 3bit_nc): measured at head_dim 128 (verify-32k's geometry at q_len 2 and 4), on the
+    # token-rows kernel since runs/2026-12-04-token-rows and -column-tiles (gluon 2); other head
     # dims keep the "*" entry and their register caps
     monkeypatch.setattr(tuning, "device_key", lambda dev: "NVIDIA H200")
     dev = torch.device("cuda", 0)

@@ -319,13 +319,11 @@ def test_long_sequences_and_block_sizes(block_size, preset, gen, device, gluon_l
 @pytest.mark.parametrize("wgmma", [0, 1])
 def test_the_launch_passes_the_key_table_and_the_config(preset, wgmma, gen, device, monkeypatch):
     """On any device, with the kernel itself replaced: what the launcher hands the Gluon
-    launch. 3- and 4-bit keys get key_lut's register table as ``Centroids``, whatever
-    ``key_lut`` says (for 4-bit keys the table of the codebook's magnitudes, centroids
-    8-15); the register cap comes from the launch parameters (``wgmma`` with
-    16-row tiles: no warpgroup products)."""
+    launch. 3- and 4-bit keys get key_lut's register table as ``Centroids`` (for 4-bit keys
+    the table of the codebook's magnitudes, centroids 8-15); the register cap comes from
+    the launch parameters (``wgmma`` with 16-row tiles: no warpgroup products)."""
     monkeypatch.setenv("TQ_GLUON", "1")
     monkeypatch.setenv("TQ_WGMMA", str(wgmma))
-    monkeypatch.setenv("TQ_KEY_LUT", "0")
     monkeypatch.setenv("TQ_MAX_REGISTERS", "168")
     monkeypatch.setattr(plan, "gluon_refusal", lambda *a: "")
     monkeypatch.setattr(launch, "device_facts", lambda dev: H100)
@@ -356,10 +354,8 @@ def test_the_launch_passes_the_key_table_and_the_config(preset, wgmma, gen, devi
 @pytest.mark.parametrize("preset", GLUON_PRESETS)
 def test_a_kernel_too_large_for_the_device_falls_back(preset, gen, device, monkeypatch):
     """Where the Gluon launch reports that its kernel does not fit the device (shared
-    memory), the portable kernel runs, with its own centroid tensor (the codebook here:
-    ``TQ_KEY_LUT=0``), and gives tq-core's result."""
+    memory), the portable kernel runs, with its own arguments, and gives tq-core's result."""
     monkeypatch.setenv("TQ_GLUON", "1")
-    monkeypatch.setenv("TQ_KEY_LUT", "0")
     monkeypatch.setattr(plan, "gluon_refusal", lambda *a: "")
     calls = []
     monkeypatch.setattr(launch, "launch_gluon", lambda *a, **kw: calls.append(1) and False)

@@ -1,4 +1,4 @@
-"""The token-rows kernel (``nvidia/token_rows_kernel.py``, ``TQ_GLUON=1 TQ_TOKEN_ROWS=1``).
+"""The token-rows kernel (``nvidia/token_rows_kernel.py``, ``TQ_GLUON=2``).
 
 Gluon kernels do not run under Triton's interpreter. On any machine the kernel is compiled
 for sm_90 (the PTX must hold the m16n8k16 products and the ``movmatrix`` transposes, and no
@@ -100,7 +100,7 @@ def _plan(
     head_dim=128,
     block_kv=32,
     block_size=16,
-    token_rows=1,
+    gluon=2,
     longest=1,
     norm_mma=0,
     selector_pairs=0,
@@ -109,8 +109,7 @@ def _plan(
     p = tq_core.get_preset(preset)
     fields = p.kernel_fields(p.block_layout(head_dim, block_size, 2)).constexprs()
     cfg = AttentionConfig(
-        gluon=1,
-        token_rows=token_rows,
+        gluon=gluon,
         block_kv=block_kv,
         kv_splits=4,
         norm_mma=norm_mma,
@@ -144,31 +143,35 @@ def test_the_plan_picks_it_only_where_it_applies():
             # program; 16 only where 8 do not hold the longest request
             assert lp.block_q * g_pad == columns and lp.constexprs["BLOCK_Q"] == lp.block_q, (group, longest)
             assert lp.key_table
-    assert not _plan(token_rows=0).token_rows
+    assert not _plan(gluon=1).token_rows and plan.served_by(_plan(gluon=1)) == "gluon"
     # norm_mma reaches the token-rows kernel only (the other kernels have no such argument)
     assert _plan(norm_mma=1).constexprs["NORM_MMA"] is True
     assert _plan(norm_mma=0).constexprs["NORM_MMA"] is False
-    assert "NORM_MMA" not in _plan(token_rows=0, norm_mma=1).constexprs
+    assert "NORM_MMA" not in _plan(gluon=1, norm_mma=1).constexprs
     assert _plan(selector_pairs=1).constexprs["SELECTOR_PAIRS"] is True
     assert _plan(selector_pairs=0).constexprs["SELECTOR_PAIRS"] is False
-    assert "SELECTOR_PAIRS" not in _plan(token_rows=0, selector_pairs=1).constexprs
+    assert "SELECTOR_PAIRS" not in _plan(gluon=1, selector_pairs=1).constexprs
     # int_values is set for symmetric values only (tq_k4v4), for this kernel and the portable one
     assert _plan(preset="tq_k4v4", int_values=1).constexprs["INT_VALUES"] is True
     assert _plan(preset="tq_k4v4", int_values=0).constexprs["INT_VALUES"] is False
     assert _plan(preset="tq_k4v3", int_values=1).constexprs["INT_VALUES"] is False
     assert _plan(int_values=1).constexprs["INT_VALUES"] is False
-    assert _plan(preset="tq_k4v4", token_rows=0, int_values=1).constexprs["INT_VALUES"] is True
+    assert _plan(preset="tq_k4v4", gluon=1, int_values=1).constexprs["INT_VALUES"] is True
+    # gluon 2 where the token-rows kernel refuses: the Gluon kernel where it applies, else the
+    # portable one (what gluon 1 runs)
     refusals = {
-        "tq_k6v5: the token-rows kernel decodes": dict(preset="tq_k6v5"),
-        "q_len 8 times 4 q heads": dict(longest=8),
-        "q_len 4 times 8 q heads": dict(group=8, longest=4),
-        "head_dim 64": dict(head_dim=64),
-        "32 q heads per kv head": dict(group=32),
-        "block_size 8": dict(block_size=8),
-        "block_kv 128": dict(block_kv=128),
+        "tq_k6v5: the token-rows kernel decodes": (dict(preset="tq_k6v5"), "portable"),
+        "q_len 8 times 4 q heads": (dict(longest=8), "gluon"),
+        "q_len 4 times 8 q heads": (dict(group=8, longest=4), "gluon"),
+        "head_dim 64": (dict(head_dim=64), "gluon"),
+        "32 q heads per kv head": (dict(group=32), "gluon"),
+        "block_size 8": (dict(block_size=8), "gluon"),
+        "block_kv 128": (dict(block_kv=128), "portable"),
     }
-    for words, kw in refusals.items():
-        assert not _plan(**kw).token_rows, kw
+    for words, (kw, served) in refusals.items():
+        lp = _plan(**kw)
+        assert not lp.token_rows and plan.served_by(lp) == served, kw
+        assert plan.served_by(_plan(**kw, gluon=1)) == served, kw
         p = tq_core.get_preset(kw.get("preset", "turboquant_k3v4_nc"))
         why = plan.token_rows_refusal(
             p,
@@ -183,10 +186,8 @@ def test_the_plan_picks_it_only_where_it_applies():
 
 @pytest.fixture(params=[16, 32, 64], ids=["t16", "t32", "t64"])
 def token_rows_launches(request, monkeypatch):
-    """TQ_GLUON=1 TQ_TOKEN_ROWS=1 with 16-, 32- or 64-token tiles; counts the token-rows
-    launches."""
-    monkeypatch.setenv("TQ_GLUON", "1")
-    monkeypatch.setenv("TQ_TOKEN_ROWS", "1")
+    """TQ_GLUON=2 with 16-, 32- or 64-token tiles; counts the token-rows launches."""
+    monkeypatch.setenv("TQ_GLUON", "2")
     monkeypatch.setenv("TQ_BLOCK_KV", str(request.param))
     calls = []
     real = gluon_launch.launch_token_rows

@@ -7,7 +7,7 @@ tree assembles the ``[T, D]`` operand, as ``bitpack.unpack`` does for codes. The
 centroid norm that norm correction needs is summed in the same tree, inside each
 thread: summed on the assembled tile instead, where ``D`` is spread over lanes, it would
 cost shuffles and replicated divisions per token. :func:`codebook_tile` picks this gather
-or ``key_lut``'s register tables (3- and 4-bit codebooks).
+(5- and 6-bit codebooks) or ``key_lut``'s register tables (3- and 4-bit codebooks).
 """
 
 from __future__ import annotations
@@ -82,12 +82,15 @@ def codebook_keys(ws, Centroids, BITS: tl.constexpr, T: tl.constexpr, D: tl.cons
 
 @triton.jit
 def codebook_tile(ws, Table, BITS: tl.constexpr, T: tl.constexpr, D: tl.constexpr, TABLE: tl.constexpr):
-    """:func:`codebook_keys` for keys or calibrated values: ``TABLE`` 0 gathers the centroids
-    from ``Table`` (the fp16 codebook); 1 (PTX) and 2 (emulated) look them up in the register
-    table of a 3- or 4-bit codebook (``Table`` is then ``key_lut.lut_words``' table)."""
+    """:func:`codebook_keys` for keys or calibrated values: ``TABLE`` False gathers the
+    centroids from ``Table`` (the fp16 codebook); True looks them up in the register table of
+    a 3- or 4-bit codebook in Triton integer operations (``Table`` is then
+    ``key_lut.lut_words``' table; ``plan.table_keys``, ``plan.table_values``)."""
+    if TABLE:
+        tl.static_assert(BITS == 3 or BITS == 4, "only 3- and 4-bit codebooks have a register table")
     if TABLE and BITS == 3:
-        return lut_keys(ws[0], ws[1], ws[2], Table, T, D, TABLE == 1)
+        return lut_keys(ws[0], ws[1], ws[2], Table, T, D)
     elif TABLE:
-        return lut16_values(ws[0], Table, T, D, TABLE == 1)
+        return lut16_values(ws[0], Table, T, D)
     else:
         return codebook_keys(ws, Table, BITS, T, D)

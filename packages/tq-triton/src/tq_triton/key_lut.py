@@ -1,27 +1,24 @@
-"""Codebook codes looked up in a register table (``AttentionConfig.key_lut``; on by default
-where the device has a byte permute, see ``tuning.py``): 3-bit keys, 4-bit keys, and the
-3- and 4-bit Lloyd-Max values of tq's calibrated formats.
+"""Codebook codes looked up in a register table, in plain Triton operations: 3-bit keys,
+4-bit keys, and the 3- and 4-bit Lloyd-Max values of tq's calibrated formats. The portable
+kernel looks them up here on every device (cuda, xpu, the interpreter); it has no inline
+assembly. The Gluon kernels look up the same tables with PTX byte permutes
+(``nvidia.lut_ptx``), which on an H100 ran no faster than these operations in the
+portable kernel (docs/perf/runs/2026-12-05-h100-vendor-rule).
 
 The 8 fp16 centroids of a 3-bit codebook are 16 bytes: their low bytes fill two 32-bit
-words and their high bytes two more (:func:`lut_words`). A byte permute (PTX ``prmt``)
-picks 4 of the 8 bytes of a word pair by 4 selector nibbles, so four codes spread to
-nibbles give four centroids' low bytes in one instruction, their high bytes in a second,
-and two more permutes interleave them into two fp16 pairs: about one instruction per key
-element, where gathering each centroid from memory costs a load and a 64-bit address.
+words and their high bytes two more (:func:`lut_words`). Four codes spread to selector
+nibbles pick four centroids' low and high bytes from those words (:func:`_lookup4`), where
+gathering each centroid from memory costs a load and a 64-bit address.
 
 A token's 3-bit codes are a little-endian bit stream (``bitpack``); four consecutive codes
 are 12 bits, 8 groups per 32-code chunk of 3 words. The selectors of the 8 groups are
 assembled by a ``tl.join`` tree first, so that the 4 centroids of every group come out in
 position order from one elementwise lookup.
 
-A 16-entry codebook does not fit one permute, but tq's are symmetric (centroid ``15 - c``
-is ``-centroid[c]``): the table holds the 8 magnitudes, a code's low 3 bits (flipped for
-the negative half) select its magnitude, and its bit 3 its sign, which two more permutes
-spread over the fp16 sign bits (:func:`lut16_values`): about two instructions per element.
-
-``NATIVE`` 1 uses ``prmt`` through inline PTX (cuda only); 0 computes the same bytes with
-Triton integer operations (the interpreter, and any device without that instruction), so
-that everything but the PTX itself is tested on the CPU.
+A 16-entry codebook does not fit one 8-byte table, but tq's are symmetric (centroid
+``15 - c`` is ``-centroid[c]``): the table holds the 8 magnitudes, a code's low 3 bits
+(flipped for the negative half) select its magnitude, and its bit 3 its sign
+(:func:`lut16_values`).
 """
 
 from __future__ import annotations
@@ -29,73 +26,6 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-
-
-def _lut_ptx(sel: int, lo: int, hi: int, out: str, sq: int, regs: str = "") -> str:
-    """The PTX of one lookup, its operands numbered by the caller: ``$sel`` selectors,
-    ``$lo``/``$lo+1`` low-byte words, ``$hi``/``$hi+1`` high-byte words; ``out``: where the
-    centroid pairs ``a`` (centroids 0, 1) and ``b`` (2, 3) go; ``$sq``: the float32 sum of
-    the four squares, summed in pairs as fp16x2 (two terms per half, so rounding stays far
-    below the fp16 key's own); ``regs``: more 32-bit registers that ``out`` uses."""
-    return f"""{{
-.reg .b32 l, h, a, b, q{regs};
-.reg .b16 q0, q1;
-.reg .f32 f0, f1;
-prmt.b32 l, ${lo}, ${lo + 1}, ${sel};
-prmt.b32 h, ${hi}, ${hi + 1}, ${sel};
-prmt.b32 a, l, h, 0x5140;
-prmt.b32 b, l, h, 0x7362;
-{out}
-mul.rn.f16x2 q, a, a;
-fma.rn.f16x2 q, b, b, q;
-mov.b32 {{q0, q1}}, q;
-cvt.f32.f16 f0, q0;
-cvt.f32.f16 f1, q1;
-add.f32 ${sq}, f0, f1;
-}}"""
-
-
-# one lookup: the four centroids as fp16 ($0..$3), their squares' sum ($4)
-_LUT_PTX = tl.constexpr(_lut_ptx(5, 6, 8, "mov.b32 {$0, $1}, a;\nmov.b32 {$2, $3}, b;", 4))
-
-# the byte permutes that give each centroid of a 4-code group its sign (see _lut16_ptx)
-SIGN_SELECTORS = (0x80C0, 0x90D0)
-
-
-def _lut16_ptx(n_out: int = 5, out: str = "mov.b32 {$0, $1}, a;\nmov.b32 {$2, $3}, b;") -> str:
-    """One lookup in a symmetric 16-entry codebook. Its ``n_out`` outputs come first: the
-    four signed centroids, as ``out`` writes the fp16 pairs ``a`` (centroids 0, 1) and ``b``
-    (2, 3) (by default as four fp16, ``$0..$3``), then the float32 sum of their squares
-    (``$n_out-1``); its inputs follow: ``$n_out`` the magnitude selectors (4 nibbles, 0..7),
-    ``$n_out+1`` the group's raw 4-bit codes, ``$n_out+2``/``+3`` the low-byte words,
-    ``$n_out+4``/``+5`` the high-byte words. Only bits 0-15 of the selectors and of the codes
-    are read. A code's bit 3 is its sign (set: positive): the permutes of
-    ``SIGN_SELECTORS``, in sign-replicating mode (selector bit 3), spread the bit 3 of codes
-    0 and 1 (then 2 and 3) over the bytes that hold their fp16 sign bits: code 1's and 3's
-    bit 3 are the top bits of the codes' bytes 0 and 1, code 0's and 2's those of the codes
-    shifted left by 4."""
-    sel_a, sel_b = SIGN_SELECTORS
-    raw = n_out + 1
-    sign = f"""shl.b32 r4, ${raw}, 4;
-prmt.b32 m, ${raw}, r4, {sel_a:#x};
-not.b32 m, m;
-and.b32 m, m, 0x80008000;
-xor.b32 a, a, m;
-prmt.b32 m, ${raw}, r4, {sel_b:#x};
-not.b32 m, m;
-and.b32 m, m, 0x80008000;
-xor.b32 b, b, m;
-{out}"""
-    return _lut_ptx(n_out, n_out + 2, n_out + 4, sign, n_out - 1, regs=", r4, m")
-
-
-_LUT16_PTX = tl.constexpr(_lut16_ptx())
-# one lookup: the centroids as two fp16 pairs in 32-bit registers ($0: 0 and 1, $1: 2 and
-# 3), their squares' sum ($2); where the caller keeps pairs, no register moves split them
-LUT_PAIRS_PTX = tl.constexpr(_lut_ptx(3, 4, 6, "mov.b32 $0, a;\nmov.b32 $1, b;", 2))
-# the same in a symmetric 16-entry table: $3 magnitude selectors, $4 the raw 4-bit codes
-# (_lut16_ptx), $5/$6 low-byte words, $7/$8 high-byte words
-LUT16_PAIRS_PTX = tl.constexpr(_lut16_ptx(3, "mov.b32 $0, a;\nmov.b32 $1, b;"))
 
 
 def lut_words(centroids_fp16: torch.Tensor) -> torch.Tensor:
@@ -133,33 +63,22 @@ def _fp16_of(lo_byte, hi_byte):
 
 
 @triton.jit
-def _lookup4(sel, la, lb, ha, hb, NATIVE: tl.constexpr):
+def _lookup4(sel, la, lb, ha, hb):
     """The centroids of the four codes whose selector nibbles are in ``sel`` (uint32, bits
     0-15, each nibble 0..7), in nibble order, and the float32 sum of their squares."""
-    if NATIVE:
-        z = sel * 0
-        c0, c1, c2, c3, sq = tl.inline_asm_elementwise(
-            _LUT_PTX,
-            "=h,=h,=h,=h,=f,r,r,r,r,r",
-            [sel, z + la, z + lb, z + ha, z + hb],
-            dtype=(tl.float16, tl.float16, tl.float16, tl.float16, tl.float32),
-            is_pure=True,
-            pack=1,
-        )
-    else:
-        n0 = sel & 15
-        n1 = (sel >> 4) & 15
-        n2 = (sel >> 8) & 15
-        n3 = (sel >> 12) & 15
-        c0 = _fp16_of(_byte_pick(la, lb, n0), _byte_pick(ha, hb, n0))
-        c1 = _fp16_of(_byte_pick(la, lb, n1), _byte_pick(ha, hb, n1))
-        c2 = _fp16_of(_byte_pick(la, lb, n2), _byte_pick(ha, hb, n2))
-        c3 = _fp16_of(_byte_pick(la, lb, n3), _byte_pick(ha, hb, n3))
-        f0 = c0.to(tl.float32)
-        f1 = c1.to(tl.float32)
-        f2 = c2.to(tl.float32)
-        f3 = c3.to(tl.float32)
-        sq = (f0 * f0 + f2 * f2) + (f1 * f1 + f3 * f3)
+    n0 = sel & 15
+    n1 = (sel >> 4) & 15
+    n2 = (sel >> 8) & 15
+    n3 = (sel >> 12) & 15
+    c0 = _fp16_of(_byte_pick(la, lb, n0), _byte_pick(ha, hb, n0))
+    c1 = _fp16_of(_byte_pick(la, lb, n1), _byte_pick(ha, hb, n1))
+    c2 = _fp16_of(_byte_pick(la, lb, n2), _byte_pick(ha, hb, n2))
+    c3 = _fp16_of(_byte_pick(la, lb, n3), _byte_pick(ha, hb, n3))
+    f0 = c0.to(tl.float32)
+    f1 = c1.to(tl.float32)
+    f2 = c2.to(tl.float32)
+    f3 = c3.to(tl.float32)
+    sq = (f0 * f0 + f2 * f2) + (f1 * f1 + f3 * f3)
     return c0, c1, c2, c3, sq
 
 
@@ -198,7 +117,7 @@ def _sel2(w0, w1, w2, G: tl.constexpr, STEP: tl.constexpr):
 
 
 @triton.jit
-def lut_keys(w0, w1, w2, Lut, T: tl.constexpr, D: tl.constexpr, NATIVE: tl.constexpr):
+def lut_keys(w0, w1, w2, Lut, T: tl.constexpr, D: tl.constexpr):
     """fp16 centroids ``[T, D]`` of a 3-bit key tile and each token's squared centroid
     norm ``[T]``, as ``codebook_decode.codebook_keys`` returns them. ``w0, w1, w2``: the
     chunk words ``[T, D // 32]``; ``Lut``: int32 pointer to :func:`lut_words`' table."""
@@ -209,33 +128,22 @@ def lut_keys(w0, w1, w2, Lut, T: tl.constexpr, D: tl.constexpr, NATIVE: tl.const
     hb = tl.load(Lut + 3).to(tl.uint32, bitcast=True)
     # [T, D // 32, 2, 2, 2]: the group index's highest bit first, so groups flatten in order
     sel = tl.join(_sel2(w0, w1, w2, 0, 2), _sel2(w0, w1, w2, 1, 2))
-    c0, c1, c2, c3, sq = _lookup4(sel, la, lb, ha, hb, NATIVE)
+    c0, c1, c2, c3, sq = _lookup4(sel, la, lb, ha, hb)
     # positions 4G + 2k + m: join(join(c0, c2), join(c1, c3)) flattens to c0, c1, c2, c3
     k16 = tl.join(tl.join(c0, c2), tl.join(c1, c3)).reshape(T, D)
     return k16, tl.sum(sq.reshape(T, D // 4), axis=1)
 
 
 @triton.jit
-def _lookup4_signed(sel, raw, la, lb, ha, hb, NATIVE: tl.constexpr):
+def _lookup4_signed(sel, raw, la, lb, ha, hb):
     """:func:`_lookup4` in a symmetric 16-entry table (:func:`lut16_values`): ``sel`` the
     magnitude selectors, ``raw`` the four 4-bit codes (uint32, bits 0-15)."""
-    if NATIVE:
-        z = sel * 0
-        c0, c1, c2, c3, sq = tl.inline_asm_elementwise(
-            _LUT16_PTX,
-            "=h,=h,=h,=h,=f,r,r,r,r,r,r",
-            [sel, raw, z + la, z + lb, z + ha, z + hb],
-            dtype=(tl.float16, tl.float16, tl.float16, tl.float16, tl.float32),
-            is_pure=True,
-            pack=1,
-        )
-    else:
-        c0, c1, c2, c3, sq = _lookup4(sel, la, lb, ha, hb, False)
-        # bit 3 of a code is its sign (set: positive)
-        c0 = tl.where((raw & 0x8) != 0, c0, -c0)
-        c1 = tl.where((raw & 0x80) != 0, c1, -c1)
-        c2 = tl.where((raw & 0x800) != 0, c2, -c2)
-        c3 = tl.where((raw & 0x8000) != 0, c3, -c3)
+    c0, c1, c2, c3, sq = _lookup4(sel, la, lb, ha, hb)
+    # bit 3 of a code is its sign (set: positive)
+    c0 = tl.where((raw & 0x8) != 0, c0, -c0)
+    c1 = tl.where((raw & 0x80) != 0, c1, -c1)
+    c2 = tl.where((raw & 0x800) != 0, c2, -c2)
+    c3 = tl.where((raw & 0x8000) != 0, c3, -c3)
     return c0, c1, c2, c3, sq
 
 
@@ -252,7 +160,7 @@ magnitude_selectors = triton.jit(magnitude_selectors_fn)
 
 
 @triton.jit
-def lut16_values(w, Lut, T: tl.constexpr, D: tl.constexpr, NATIVE: tl.constexpr):
+def lut16_values(w, Lut, T: tl.constexpr, D: tl.constexpr):
     """fp16 centroids ``[T, D]`` of a tile of 4-bit codes of a symmetric codebook and each
     token's squared centroid norm ``[T]``, as ``codebook_decode.codebook_keys`` returns them.
     ``w``: the words ``[T, D // 8]`` (8 codes each, low nibble first); ``Lut``: int32 pointer
@@ -269,9 +177,7 @@ def lut16_values(w, Lut, T: tl.constexpr, D: tl.constexpr, NATIVE: tl.constexpr)
     hb = tl.load(Lut + 3).to(tl.uint32, bitcast=True)
     sel = magnitude_selectors(w)
     # [T, D // 8, 2]: a word's low half (codes 0-3) first
-    c0, c1, c2, c3, sq = _lookup4_signed(
-        tl.join(sel & 0xFFFF, sel >> 16), tl.join(w & 0xFFFF, w >> 16), la, lb, ha, hb, NATIVE
-    )
+    c0, c1, c2, c3, sq = _lookup4_signed(tl.join(sel & 0xFFFF, sel >> 16), tl.join(w & 0xFFFF, w >> 16), la, lb, ha, hb)
     # positions 8W + 4H + 2k + m, as in lut_keys
     v16 = tl.join(tl.join(c0, c2), tl.join(c1, c3)).reshape(T, D)
     return v16, tl.sum(sq.reshape(T, D // 4), axis=1)

@@ -49,22 +49,21 @@ class AttentionConfig:
     # cuda only: cap registers per thread (Triton's ``maxnreg``) so that more programs fit on
     # a multiprocessor; 0 leaves the choice to the compiler
     max_registers: int = 0
-    # 3- and 4-bit codebook keys and the calibrated formats' 3- and 4-bit values (other codes
-    # ignore it), in the portable kernel: 1 looks the centroids up in a register table
-    # (key_lut.py) where the device has a byte permute (NVIDIA GPUs), and gathers them from
-    # memory elsewhere; 2 uses the table everywhere (emulated with integer operations where
-    # there is no byte permute: the interpreter; on xpu never timed); 0 always gathers. The
-    # Gluon kernel always uses the table
-    key_lut: int = 1
     # the fewest query rows of one program's tile: a tile with fewer rows (q heads of the GQA
     # group, padded to a power of two, times query tokens) takes more query tokens per program
     # and masks the extra rows. On an H200, 64 rows let Hopper's warpgroup products run
     # with both operands in shared memory
     min_rows: int = 16
     # the kernel: 1 runs the explicit-layout (Gluon) kernel where it applies (cuda, compute
-    # capability 8.9 or later; vLLM's four presets, not the calibrated formats; tiles of
-    # 16-64 rows, block_kv 16-64: plan.gluon_refusal), and the portable Triton kernel elsewhere
-    # (with TQ_DEBUG=1 the reason is logged once); 0 always runs the portable kernel
+    # capability 8.9 or later; vLLM's four presets and the calibrated tq_k4v3 and tq_k4v4;
+    # tiles of 16-64 rows, block_kv 16-64: plan.gluon_refusal), and the portable Triton kernel
+    # elsewhere (with TQ_DEBUG=1 the reason is logged once); 2 runs the token-rows kernel
+    # (nvidia/token_rows_kernel.py) where it applies (plan.token_rows_refusal: k8v4, k3v4_nc,
+    # 4bit_nc, 3bit_nc, tq_k4v3 and tq_k4v4 at head_dim 128, the longest q_len times the padded
+    # GQA group at most 16, block sizes of at least 16): scores as K Q^T with the tokens on the
+    # matrix unit's rows, keys and values decoded straight into its operand registers; else
+    # what 1 runs. The H200 table asks for 2 at decode and q_len 2-4 of the vLLM formats and
+    # decode and q_len 2 of tq_k4v3 and tq_k4v4; 0 always runs the portable kernel
     gluon: int = 0
     # the Gluon kernel's instruction set for 64-row tiles on sm_90: 1 uses Hopper's
     # warpgroup products, which read the shared tiles once for all four warps (the H200
@@ -83,24 +82,18 @@ class AttentionConfig:
     # only -inf log-sum-exps that the merge then skips. Tables set it with split_budget where
     # the same sweep found it faster
     skip_empty: int = 0
-    # 1 (with gluon 1) runs the token-rows kernel (nvidia/token_rows_kernel.py) where it
-    # applies (plan.token_rows_refusal: k8v4, k3v4_nc, 4bit_nc, 3bit_nc, tq_k4v3 and tq_k4v4
-    # at head_dim 128, the longest q_len times the padded GQA group at most 16, block sizes of
-    # at least 16): scores as K Q^T with the tokens on the matrix unit's rows, keys and values
-    # decoded straight into its operand registers. The H200 table sets it for decode and
-    # q_len 2-4 of the vLLM formats and decode and q_len 2 of tq_k4v3 and tq_k4v4; elsewhere
-    # the Gluon kernel runs with the same entry
-    token_rows: int = 0
-    # the token-rows kernel's codebook keys (with norm correction: k3v4_nc, 4bit_nc, 3bit_nc):
-    # 1 sums each key's squared centroids on the matrix unit (the squared key operands times
-    # ones, one more mma.sync per step), 0 in each lane (fp16 squares converted and added in
-    # float32, then added over the row's four lanes): fewer instructions per token. Tables
-    # set it where it measured faster (docs/perf/runs/2026-12-04-token-rows-formats)
+    # with gluon 2, the token-rows kernel's codebook keys (with norm correction: k3v4_nc,
+    # 4bit_nc, 3bit_nc): 1 sums each key's squared centroids on the matrix unit (the squared
+    # key operands times ones, one more mma.sync per step), 0 in each lane (fp16 squares
+    # converted and added in float32, then added over the row's four lanes): fewer
+    # instructions per token. Tables set it where it measured faster
+    # (docs/perf/runs/2026-12-04-token-rows-formats)
     norm_mma: int = 0
-    # the token-rows kernel's 3-bit codebook keys (k3v4_nc, 3bit_nc): 1 builds the selector
-    # nibbles of two 4-code groups in one register (a shift and a select per spreading step
-    # over 24 bits), 0 one group at a time. Statically 1.5-1.7 fewer instructions per token
-    # (docs/perf/runs/2026-12-04-token-rows-formats); not yet run on a GPU, so no table sets it
+    # with gluon 2, the token-rows kernel's 3-bit codebook keys (k3v4_nc, 3bit_nc): 1 builds
+    # the selector nibbles of two 4-code groups in one register (a shift and a select per
+    # spreading step over 24 bits), 0 one group at a time. Statically 1.5-1.7 fewer
+    # instructions per token (docs/perf/runs/2026-12-04-token-rows-formats); not yet run on a
+    # GPU, so no table sets it
     selector_pairs: int = 0
     # tq_k4v4's symmetric values in every attention kernel: 1 decodes each code as code - 7.5
     # from its bits (the fp16 bit trick of vLLM's 4-bit values: the token-rows and Gluon
@@ -139,14 +132,12 @@ _LIMITS: dict[str, tuple[int, int, bool]] = {
     "block_t": (16, 128, True),
     "prefetch": (0, 1, False),
     "max_registers": (0, 255, False),
-    "key_lut": (0, 2, False),
     "code_search": (0, 1, False),
     "min_rows": (16, 128, True),
-    "gluon": (0, 1, False),
+    "gluon": (0, 2, False),
     "wgmma": (0, 1, False),
     "split_budget": (0, 64, False),
     "skip_empty": (0, 1, False),
-    "token_rows": (0, 1, False),
     "norm_mma": (0, 1, False),
     "selector_pairs": (0, 1, False),
     "int_values": (0, 1, False),
@@ -158,13 +149,11 @@ ENV_OVERRIDES = {
     "TQ_NUM_KV_SPLITS": "kv_splits",
     "TQ_PREFETCH": "prefetch",
     "TQ_MAX_REGISTERS": "max_registers",
-    "TQ_KEY_LUT": "key_lut",
     "TQ_MIN_ROWS": "min_rows",
     "TQ_GLUON": "gluon",
     "TQ_WGMMA": "wgmma",
     "TQ_SPLIT_BUDGET": "split_budget",
     "TQ_SKIP_EMPTY": "skip_empty",
-    "TQ_TOKEN_ROWS": "token_rows",
     "TQ_NORM_MMA": "norm_mma",
     "TQ_SELECTOR_PAIRS": "selector_pairs",
     "TQ_INT_VALUES": "int_values",
@@ -183,6 +172,11 @@ REMOVED_ENV = {
         "the store always runs its lean code, 1-4% faster on the H200, with 64-bit offsets only "
         "where the strides need them (docs/perf/runs/2026-12-04-store)"
     ),
+    "TQ_KEY_LUT": (
+        "the portable kernel always looks 3- and 4-bit codes up in its register table, in plain Triton "
+        "operations: on an H100 as fast as the PTX byte permutes (docs/perf/runs/2026-12-05-h100-vendor-rule)"
+    ),
+    "TQ_TOKEN_ROWS": "TQ_GLUON=2 asks for the token-rows kernel",
 }
 STORE_ENV_OVERRIDES = {
     "TQ_CODE_SEARCH": "code_search",

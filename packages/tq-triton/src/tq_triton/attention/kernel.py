@@ -87,11 +87,11 @@ def attention_kernel(
     PREFETCH: tl.constexpr,
     LOOP_STAGES: tl.constexpr,
     SATURATE_QUERY: tl.constexpr,
-    KEY_LUT: tl.constexpr = 0,
+    KEY_LUT: tl.constexpr = False,
     BALANCE: tl.constexpr = False,
     SKIP_EMPTY: tl.constexpr = False,
     CALIBRATED: tl.constexpr = False,
-    VALUE_LUT: tl.constexpr = 0,
+    VALUE_LUT: tl.constexpr = False,
     INT_VALUES: tl.constexpr = False,
     VALUE_PAIRS: tl.constexpr = False,
 ):

@@ -3,10 +3,10 @@ the tuning table and the device's facts, before anything is launched.
 
 :func:`plan_attention` answers every question of a launch in one place: the tuned parameters
 (``tuning``), the tile's query rows, the kv splits, which kernel runs (the token-rows kernel
-where ``AttentionConfig.gluon`` and ``token_rows`` ask for it and :func:`token_rows_refusal`
-and :func:`gluon_refusal` have no objection; else the Gluon kernel where ``gluon`` asks for it
-and :func:`gluon_refusal` has none; else the portable one: one visible rule, logged once per
-reason under ``TQ_DEBUG``), its
+where ``AttentionConfig.gluon`` is 2 and :func:`token_rows_refusal` and :func:`gluon_refusal`
+have no objection; else the Gluon kernel where ``gluon`` is 1 or 2 and :func:`gluon_refusal`
+has none; else the portable one: one visible rule, logged once per reason under
+``TQ_DEBUG``), its
 instruction set, the key decode, and the compile-time arguments. ``launch`` then only
 allocates and launches.
 """
@@ -195,28 +195,18 @@ def _log_portable(reason: str) -> None:
     logger.warning("tq_triton: the tuning table asks for the Gluon kernel; the portable kernel runs: %s", reason)
 
 
-def _table_mode(bits: int, cfg: AttentionConfig, facts: DeviceFacts) -> int:
-    """The register-table mode for codes of ``bits`` bits: 1, PTX byte permutes, on NVIDIA
-    GPUs when ``cfg.key_lut`` is 1 or 2; 2, the same table in Triton integer operations,
-    elsewhere when ``cfg.key_lut`` is 2; else 0 (centroids gathered from memory). Only 3-
-    and 4-bit codebooks have a table (``key_lut.lut_words``)."""
-    if not cfg.key_lut or bits not in (3, 4):
-        return 0
-    if facts.nvidia:
-        return 1
-    return 2 if cfg.key_lut == 2 else 0
+def table_keys(preset: Preset) -> bool:
+    """The portable kernel's ``KEY_LUT``: whether it looks the preset's keys up in
+    ``key_lut``'s register table (3- and 4-bit codebook keys, on every device, in plain
+    Triton operations; ``Centroids`` is then ``key_lut.lut_words``' table) rather than
+    gathering the centroids from memory (5- and 6-bit keys; fp8 keys have none)."""
+    return not preset.key_is_fp8 and preset.key_bits in (3, 4)
 
 
-def key_lut_mode(preset: Preset, cfg: AttentionConfig, facts: DeviceFacts) -> int:
-    """The kernel's ``KEY_LUT`` for 3- and 4-bit codebook keys (0 for fp8 and wider keys):
-    see :func:`_table_mode`."""
-    return 0 if preset.key_is_fp8 else _table_mode(preset.key_bits, cfg, facts)
-
-
-def value_lut_mode(preset: Preset, cfg: AttentionConfig, facts: DeviceFacts) -> int:
-    """The kernel's ``VALUE_LUT`` for the 3- and 4-bit Lloyd-Max values of calibrated formats
-    (0 for other presets): see :func:`_table_mode`."""
-    return _table_mode(preset.value_bits, cfg, facts) if preset.calibrated else 0
+def table_values(preset: Preset) -> bool:
+    """The portable kernel's ``VALUE_LUT``: :func:`table_keys` for the calibrated formats'
+    3- and 4-bit Lloyd-Max values (``VCentroids``); other values have no codebook."""
+    return preset.calibrated and preset.value_bits in (3, 4)
 
 
 def kernel_constexprs(
@@ -229,14 +219,11 @@ def kernel_constexprs(
     block_q: int,
     *,
     saturate_query: bool = True,
-    key_lut: int = 0,
-    value_lut: int = 0,
 ) -> dict[str, object]:
     """The portable kernel's compile-time arguments for one launch (the Gluon kernel takes
     those of them it has): the launcher passes them, and the Xe2 compile check compiles
     exactly these. ``fields``: ``KernelFields.constexprs()`` of the cache layout;
-    ``saturate_query``: not ``DeviceFacts.cast_saturates``; ``key_lut``, ``value_lut``:
-    :func:`key_lut_mode`, :func:`value_lut_mode`."""
+    ``saturate_query``: not ``DeviceFacts.cast_saturates``."""
     return dict(
         G=group,
         G_PAD=next_pow2(group),
@@ -252,9 +239,9 @@ def kernel_constexprs(
         # the prefetch mode stages loads by hand: its loop carries no num_stages
         LOOP_STAGES=None if cfg.prefetch else cfg.num_stages,
         SATURATE_QUERY=saturate_query,
-        KEY_LUT=key_lut,
+        KEY_LUT=table_keys(preset),
         CALIBRATED=preset.calibrated,
-        VALUE_LUT=value_lut,
+        VALUE_LUT=table_values(preset),
         INT_VALUES=bool(cfg.int_values) and preset.value_kind == "symmetric",
         VALUE_PAIRS=value_pairs(preset),
     )
@@ -302,7 +289,7 @@ def table_config(facts: DeviceFacts, preset: Preset, head_dim: int, group_pad: i
 def portable_config(cfg: AttentionConfig) -> AttentionConfig:
     """``cfg`` with the vendor kernels switched off: the portable Triton kernel serves the
     launch with the entry's tiles, warps and splits (``tq bench --kernel portable``)."""
-    return replace(cfg, gluon=0, wgmma=0, token_rows=0)
+    return replace(cfg, gluon=0, wgmma=0)
 
 
 def served_by(plan: LaunchPlan) -> str:
@@ -339,7 +326,7 @@ def plan_attention(
     block_q = plan_block_q(g_pad, longest, cfg.min_rows)
     rows = block_q * g_pad
     token_rows = False
-    if cfg.gluon and cfg.token_rows and facts.nvidia:
+    if cfg.gluon == 2 and facts.nvidia:
         why_not = token_rows_refusal(preset, fields["D"], g_pad, cfg.block_kv, block_size, longest) or gluon_refusal(
             preset, fields["D"], 16, cfg.block_kv, block_size, facts
         )
@@ -358,7 +345,6 @@ def plan_attention(
         gluon = not why_not
         if why_not and debug_enabled():
             _log_portable(why_not)
-    key_lut = key_lut_mode(preset, cfg, facts)
     constexprs = kernel_constexprs(
         preset,
         fields,
@@ -368,8 +354,6 @@ def plan_attention(
         splits,
         block_q,
         saturate_query=not facts.cast_saturates,
-        key_lut=key_lut,
-        value_lut=value_lut_mode(preset, cfg, facts),
     )
     if token_rows:
         # the token-rows kernel's own compile-time argument (the other kernels have none)
@@ -385,8 +369,8 @@ def plan_attention(
         gluon=gluon,
         wgmma=gluon and not token_rows and bool(cfg.wgmma) and wgmma_applies(rows, facts),
         token_rows=token_rows,
-        # the Gluon kernel looks codebook keys up in the register table, whatever key_lut says
-        key_table=bool(key_lut) or gluon,
+        # the Gluon kernels look codebook keys up in the register table too
+        key_table=bool(constexprs["KEY_LUT"]) or gluon,
         split_programs=cfg.split_budget * facts.multiprocessors if cfg.split_budget else 0,
         constexprs=constexprs,
         options=options,

@@ -133,9 +133,9 @@ def attend_tile(
     KBITS: tl.constexpr,
     VBITS: tl.constexpr,
     NORM_CORRECTION: tl.constexpr,
-    KEY_LUT: tl.constexpr = 0,
+    KEY_LUT: tl.constexpr = False,
     CALIBRATED: tl.constexpr = False,
-    VALUE_LUT: tl.constexpr = 0,
+    VALUE_LUT: tl.constexpr = False,
     INT_VALUES: tl.constexpr = False,
     VALUE_PAIRS: tl.constexpr = False,
 ):
@@ -143,10 +143,10 @@ def attend_tile(
     softmax state ``(m_i, l_i, acc, r_i, f_i)``, which it returns updated, by
     ``online_softmax.tile_step`` (the rule both kernels share). The query is
     ``q16 * q_scale`` (a scalar power of two, a kernel argument). ``KEY_LUT`` (3- and
-    4-bit codebook keys only): 0 gathers the centroids from ``Centroids`` (the fp16
-    codebook); 1 and 2 look them up in a register table (``Centroids`` is then
-    ``key_lut.lut_words``' table), 1 through PTX (cuda), 2 emulated. ``VALUE_LUT``: the same
-    for the 3- and 4-bit table values of calibrated formats and ``VCentroids``.
+    4-bit codebook keys: ``plan.table_keys``): the centroids are looked up in a register
+    table in Triton integer operations (``Centroids`` is then ``key_lut.lut_words``' table);
+    otherwise they are gathered from ``Centroids`` (the fp16 codebook). ``VALUE_LUT``: the
+    same for the 3- and 4-bit table values of calibrated formats and ``VCentroids``.
 
     ``CALIBRATED`` (tq's calibrated formats, docs/format.md): ``first_bias`` ``[M]`` is added
     to each row's score of position 0 (the query's product with ``mu0 - mu``), the values

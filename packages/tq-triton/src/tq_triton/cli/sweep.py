@@ -51,15 +51,19 @@ MODES = {"prefetch": 1, "pipeline": 0}
 # the AttentionConfig fields swept as plain value lists: (flag, field, allowed values or None
 # for any integer >= 0, what the value means; tuning.AttentionConfig documents each)
 KNOB_OPTIONS = (
-    ("--key-lut", "key_lut", (0, 1, 2), "3/4-bit codes from register tables where native (1), always (2), never (0)"),
     ("--min-rows", "min_rows", (16, 32, 64, 128), "the fewest query rows per tile (more query tokens per program)"),
-    ("--gluon", "gluon", (0, 1), "1: the explicit-layout kernel where it applies, 0: the portable kernel"),
-    ("--wgmma", "wgmma", (0, 1), "with --gluon 1: Hopper's warpgroup products for 64-row tiles on sm_90"),
+    (
+        "--gluon",
+        "gluon",
+        (0, 1, 2),
+        "2: the token-rows kernel where it applies, else as 1; 1: the explicit-layout kernel where it applies, "
+        "else the portable kernel; 0: the portable kernel",
+    ),
+    ("--wgmma", "wgmma", (0, 1), "with --gluon 1 or 2: Hopper's warpgroup products for 64-row tiles on sm_90"),
     ("--split-budget", "split_budget", None, "N > 0: kv splits sized from the batch's lengths for N programs per SM"),
     ("--skip-empty", "skip_empty", (0, 1), "1: a kv split with no position for its rows writes only -inf"),
-    ("--token-rows", "token_rows", (0, 1), "with --gluon 1: the token-rows kernel where it applies"),
-    ("--norm-mma", "norm_mma", (0, 1), "with --token-rows 1: codebook keys' norms summed on the matrix unit"),
-    ("--selector-pairs", "selector_pairs", (0, 1), "with --token-rows 1: 3-bit keys' selectors two groups at once"),
+    ("--norm-mma", "norm_mma", (0, 1), "with --gluon 2: codebook keys' norms summed on the matrix unit"),
+    ("--selector-pairs", "selector_pairs", (0, 1), "with --gluon 2: 3-bit keys' selectors two groups at once"),
     ("--int-values", "int_values", (0, 1), "tq_k4v4's values from their codes' bits, not the value table"),
 )
 KNOBS = tuple(field for _, field, _, _ in KNOB_OPTIONS)

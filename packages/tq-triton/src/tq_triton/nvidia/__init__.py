@@ -3,6 +3,7 @@
 - :mod:`.gluon_kernel`: the attention kernel with explicit layouts (Gluon);
 - :mod:`.token_rows_kernel`: the token-rows kernel (Gluon, the tile's tokens on the matrix
   unit's rows) and :mod:`.token_rows_ptx`, its inline PTX;
+- :mod:`.lut_ptx`: the inline PTX of the Gluon kernel's register-table lookups (``prmt``);
 - :mod:`.gluon_launch`: both kernels' launches and their compiles for sm_90 without a GPU.
 
 ``tq_triton.attention.plan`` chooses them where the tuning table asks for them and they

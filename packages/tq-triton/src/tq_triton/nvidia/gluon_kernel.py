@@ -32,8 +32,9 @@ states that Triton chooses for the portable kernel:
 
 Gluon kernels do not run under Triton's interpreter: ``tests/test_gluon_kernel.py``
 compiles this one for sm_90 on any machine and tests it against tq-core on a GPU. It is
-launched where ``AttentionConfig.gluon`` is 1 (the H200 table's entries, or ``TQ_GLUON``),
-on cuda, for the launches ``attention.plan.gluon_refusal`` does not refuse.
+launched where ``AttentionConfig.gluon`` is 1, or 2 where the token-rows kernel does not
+apply (the H200 table's entries, or ``TQ_GLUON``), on cuda, for the launches
+``attention.plan.gluon_refusal`` does not refuse.
 
 The tile step's arithmetic is ``attention.online_softmax``'s, compiled here as Gluon: the
 portable kernel computes the same numbers.
@@ -56,8 +57,9 @@ from ..attention.online_softmax import (
     tile_step_fn,
     value_mid_fn,
 )
-from ..key_lut import LUT16_PAIRS_PTX, LUT_PAIRS_PTX, magnitude_selectors_fn, selectors_fn
+from ..key_lut import magnitude_selectors_fn, selectors_fn
 from ..value_words import value_columns_fn
+from .lut_ptx import LUT16_PAIRS_PTX, LUT_PAIRS_PTX
 from .token_rows_ptx import SYMMETRIC_PAIRS_PTX
 
 # Triton 3.6 calls the CTA-wide barrier thread_barrier; later versions call it barrier
@@ -160,7 +162,7 @@ def _lut_keys(w0, w1, w2, la, lb, ha, hb):
     """fp16 centroids ``[NB, TPB, C, 2, 2, 2, 2, 2]`` of 3-bit chunks (words ``[NB, TPB, C]``
     each; position order once the last five axes are flattened), and each chunk's float32
     sum of squared centroids ``[NB, TPB, C]``: ``key_lut.lut_keys``'
-    register-table lookup, four codes per ``prmt`` pair (``key_lut.LUT_PAIRS_PTX``: the
+    register-table lookup, four codes per ``prmt`` pair (``lut_ptx.LUT_PAIRS_PTX``: the
     centroids come out as fp16 pairs in 32-bit registers, which the shared-memory store
     takes as they are)."""
     # [..., 2, 2, 2]: group 4 a + 2 b + c at [a, b, c]
@@ -185,7 +187,7 @@ def _lut16_keys(w, la, lb, ha, hb):
     (words ``[NB, TPB, W]``, 8 codes each, low nibble first; position order once the last
     four axes are flattened), and each word's float32 sum of squared centroids
     ``[NB, TPB, W]``: ``key_lut.lut16_values``' register-table lookup, four codes per
-    lookup (``key_lut.LUT16_PAIRS_PTX``: the signed centroids come out as fp16 pairs in
+    lookup (``lut_ptx.LUT16_PAIRS_PTX``: the signed centroids come out as fp16 pairs in
     32-bit registers)."""
     # [..., 2]: a word's low half (codes 0-3) first; the lookup reads bits 0-15 of its
     # selectors and codes, so the low half needs no mask

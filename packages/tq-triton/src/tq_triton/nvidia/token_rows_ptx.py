@@ -238,7 +238,7 @@ def _lookup4(word: str, msel: str, high: bool, a: str, b: str, sq: str | None) -
     ``a``, ``b`` and their squares added to ``sq`` (``None``: not summed here):
     ``key_lut.lut16_values``' lookup of the
     symmetric codebook's magnitudes by the magnitude selectors ``msel``, the sign from each
-    code's bit 3 (``key_lut.SIGN_SELECTORS``)."""
+    code's bit 3 (``lut_ptx.SIGN_SELECTORS``)."""
     sel_a, sel_b = 0x80C0, 0x90D0
     if high:
         shift = (f"shr.b32 t, {msel}, 16;", f"shr.b32 x, {word}, 16;")
