@@ -145,6 +145,20 @@ def test_entries_keyed_by_head_dim_come_after_the_rows(user_tables):
     assert got(8, 64) == (8, 64, 0)
 
 
+@pytest.mark.parametrize(
+    ("section", "field"), [("attention", "token_rows"), ("attention", "key_lut"), ("store", "lean")]
+)
+def test_a_table_entry_with_a_removed_field_is_an_error_naming_the_table(user_tables, section, field):
+    entry = f'{{"*": {{"{field}": 1}}}}' if section == "store" else f'{{"default": {{"*": {{"{field}": 1}}}}}}'
+    table = user_tables / "old.json"
+    table.write_text(f'{{"match": ["interpreter"], "{section}": {entry}}}')
+    with pytest.raises(tuning.TuningError, match=f"{table}: field '{field}' was removed"):
+        if section == "store":
+            tuning.store_config(torch.device("cpu"), "turboquant_k8v4")
+        else:
+            tuning.attention_config(torch.device("cpu"), "turboquant_k8v4", 1)
+
+
 def test_user_dir_skips_files_that_are_not_tables(user_tables):
     tmp_path = user_tables
     (tmp_path / "bench.json").write_text('[{"shape": "poc"}]')

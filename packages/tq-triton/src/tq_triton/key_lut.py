@@ -51,6 +51,17 @@ def lut_words(centroids_fp16: torch.Tensor) -> torch.Tensor:
 
 
 @triton.jit
+def _table_words(Lut):
+    """The four uint32 words of :func:`lut_words`' table at int32 pointer ``Lut``."""
+    Lut = Lut.to(tl.pointer_type(tl.int32))
+    la = tl.load(Lut).to(tl.uint32, bitcast=True)
+    lb = tl.load(Lut + 1).to(tl.uint32, bitcast=True)
+    ha = tl.load(Lut + 2).to(tl.uint32, bitcast=True)
+    hb = tl.load(Lut + 3).to(tl.uint32, bitcast=True)
+    return la, lb, ha, hb
+
+
+@triton.jit
 def _byte_pick(lo, hi, nib):
     """Byte ``nib`` (0..7) of the 8 bytes ``lo`` (0-3), ``hi`` (4-7): uint32, in bits 0-7."""
     w = tl.where(nib < 4, lo, hi)
@@ -121,11 +132,7 @@ def lut_keys(w0, w1, w2, Lut, T: tl.constexpr, D: tl.constexpr):
     """fp16 centroids ``[T, D]`` of a 3-bit key tile and each token's squared centroid
     norm ``[T]``, as ``codebook_decode.codebook_keys`` returns them. ``w0, w1, w2``: the
     chunk words ``[T, D // 32]``; ``Lut``: int32 pointer to :func:`lut_words`' table."""
-    Lut = Lut.to(tl.pointer_type(tl.int32))
-    la = tl.load(Lut).to(tl.uint32, bitcast=True)
-    lb = tl.load(Lut + 1).to(tl.uint32, bitcast=True)
-    ha = tl.load(Lut + 2).to(tl.uint32, bitcast=True)
-    hb = tl.load(Lut + 3).to(tl.uint32, bitcast=True)
+    la, lb, ha, hb = _table_words(Lut)
     # [T, D // 32, 2, 2, 2]: the group index's highest bit first, so groups flatten in order
     sel = tl.join(_sel2(w0, w1, w2, 0, 2), _sel2(w0, w1, w2, 1, 2))
     c0, c1, c2, c3, sq = _lookup4(sel, la, lb, ha, hb)
@@ -170,11 +177,7 @@ def lut16_values(w, Lut, T: tl.constexpr, D: tl.constexpr):
     nibble's magnitude selector is ``c ^ 7`` where bit 3 is clear and ``c & 7`` where it is
     set: one xor with 7 times the complement of bit 3, for the 8 nibbles of a word at once.
     The 4-code groups are the words' low and high halves."""
-    Lut = Lut.to(tl.pointer_type(tl.int32))
-    la = tl.load(Lut).to(tl.uint32, bitcast=True)
-    lb = tl.load(Lut + 1).to(tl.uint32, bitcast=True)
-    ha = tl.load(Lut + 2).to(tl.uint32, bitcast=True)
-    hb = tl.load(Lut + 3).to(tl.uint32, bitcast=True)
+    la, lb, ha, hb = _table_words(Lut)
     sel = magnitude_selectors(w)
     # [T, D // 8, 2]: a word's low half (codes 0-3) first
     c0, c1, c2, c3, sq = _lookup4_signed(tl.join(sel & 0xFFFF, sel >> 16), tl.join(w & 0xFFFF, w >> 16), la, lb, ha, hb)

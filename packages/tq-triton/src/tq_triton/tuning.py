@@ -92,16 +92,18 @@ class AttentionConfig:
     # with gluon 2, the token-rows kernel's 3-bit codebook keys (k3v4_nc, 3bit_nc): 1 builds
     # the selector nibbles of two 4-code groups in one register (a shift and a select per
     # spreading step over 24 bits), 0 one group at a time. Statically 1.5-1.7 fewer
-    # instructions per token (docs/perf/runs/2026-12-04-token-rows-formats); not yet run on a
-    # GPU, so no table sets it
+    # instructions per token (docs/perf/runs/2026-12-04-token-rows-formats); timed once, with
+    # int_values, on an H100 only (docs/perf/runs/2026-12-05-h100-vendor-rule), so no table
+    # sets it
     selector_pairs: int = 0
     # tq_k4v4's symmetric values in every attention kernel: 1 decodes each code as code - 7.5
     # from its bits (the fp16 bit trick of vLLM's 4-bit values: the token-rows and Gluon
     # kernels move each code to bits 4-7 of its fp16 half first, the portable kernel adds 0.5
     # to code - 8), 0 looks it up in the value table like Lloyd-Max values. Statically the
     # token-rows kernel's decode loop 41.0 -> 32.8 instructions per token, the Gluon kernel's
-    # tile loops 6-13% shorter (docs/perf/runs/2026-12-04-symmetric-values); not yet run on
-    # a GPU, so no table sets it
+    # tile loops 6-13% shorter (docs/perf/runs/2026-12-04-symmetric-values); timed once, with
+    # selector_pairs, on an H100 only (docs/perf/runs/2026-12-05-h100-vendor-rule), so no
+    # table sets it
     int_values: int = 0
 
 
@@ -178,6 +180,14 @@ REMOVED_ENV = {
     ),
     "TQ_TOKEN_ROWS": "TQ_GLUON=2 asks for the token-rows kernel",
 }
+# table fields of knobs that no longer exist: an entry that sets one is an error, so that a
+# table written before the change does not silently run another kernel
+REMOVED_FIELDS = {
+    "token_rows": '"gluon": 2 asks for the token-rows kernel',
+    "key_lut": "the portable kernel always looks 3- and 4-bit codes up in its register table",
+    "rotation": REMOVED_ENV["TQ_STORE_ROTATION"],
+    "lean": REMOVED_ENV["TQ_STORE_LEAN"],
+}
 STORE_ENV_OVERRIDES = {
     "TQ_CODE_SEARCH": "code_search",
 }
@@ -199,6 +209,8 @@ def _apply(cfg: Any, entry: dict[str, Any] | None, where: str) -> Any:
     known = {f.name for f in fields(cfg)}
     updates = {}
     for k, v in entry.items():
+        if k in REMOVED_FIELDS:
+            raise TuningError(f"{where}: field {k!r} was removed ({REMOVED_FIELDS[k]}); edit the entry")
         if k not in known:
             continue  # entries may carry fields for other config kinds or notes
         updates[k] = _validate(k, v, where)

@@ -31,6 +31,8 @@ product's ``C`` layout by one ``movmatrix`` transpose per 8 x 8 quarter.
 
 from __future__ import annotations
 
+from .lut_ptx import SIGN_SELECTORS
+
 MMA = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
 
 # fp16 constants: 1032 (1024 + the 4-bit code's centre 8), 1/16, -72 (64 + 8), and -71.5
@@ -239,7 +241,7 @@ def _lookup4(word: str, msel: str, high: bool, a: str, b: str, sq: str | None) -
     ``key_lut.lut16_values``' lookup of the
     symmetric codebook's magnitudes by the magnitude selectors ``msel``, the sign from each
     code's bit 3 (``lut_ptx.SIGN_SELECTORS``)."""
-    sel_a, sel_b = 0x80C0, 0x90D0
+    sel_a, sel_b = SIGN_SELECTORS
     if high:
         shift = (f"shr.b32 t, {msel}, 16;", f"shr.b32 x, {word}, 16;")
     else:
