@@ -145,6 +145,32 @@ def test_entries_keyed_by_head_dim_come_after_the_rows(user_tables):
     assert got(8, 64) == (8, 64, 0)
 
 
+def test_portable_entries_follow_each_attention_entry_of_their_key(user_tables):
+    """A launch of the portable kernel reads the ``portable`` entry of each key after the
+    ``attention`` entry of the same key; other launches never read them."""
+    (user_tables / "mine.json").write_text(
+        '{"match": ["interpreter"],'
+        ' "attention": {"default": {"*": {"block_kv": 32}}, "turboquant_k8v4": {"q1": {"num_warps": 2, "gluon": 2},'
+        ' "q1:d256": {"num_warps": 8}}},'
+        ' "portable": {"default": {"*": {"waves": 8}}, "turboquant_k8v4": {"q1": {"num_warps": 4, "block_kv": 128},'
+        ' "q1:d64": {"kv_splits": 8}}}}'
+    )
+    cpu = torch.device("cpu")
+
+    def got(head_dim, portable):
+        cfg = tuning.attention_config(cpu, "turboquant_k8v4", 1, 16, head_dim, portable=portable)
+        return cfg.block_kv, cfg.num_warps, cfg.waves, cfg.kv_splits, cfg.gluon
+
+    assert got(128, False) == (32, 2, 4, 0, 2)
+    assert got(128, True) == (128, 4, 8, 0, 2)  # the plan switches the vendor kernels off
+    assert got(64, True) == (128, 4, 8, 8, 2)
+    assert got(256, True) == (128, 8, 8, 0, 2)  # the more specific attention entry wins
+    monkeypatch = pytest.MonkeyPatch()
+    with monkeypatch.context() as m:
+        m.setenv("TQ_NUM_WARPS", "1")  # the environment still comes last
+        assert got(128, True)[1] == 1
+
+
 @pytest.mark.parametrize(
     ("section", "field"), [("attention", "token_rows"), ("attention", "key_lut"), ("store", "lean")]
 )
@@ -367,7 +393,7 @@ def test_min_rows_pads_the_launched_tile_and_keeps_the_result(monkeypatch, gen, 
 
 
 SHIPPED_TABLES = sorted(p.name for p in resources.files("tq_triton").joinpath("tuning_tables").iterdir())
-TABLE_KEYS = {"match", "attention", "store", "xpu_launch_options"}
+TABLE_KEYS = {"match", *tuning.ATTENTION_SECTIONS, "store", "xpu_launch_options"}
 BUCKETS = {"*"} | {
     f"q{q}{key}"
     for q in (1, 2, 4, 8, 16)
@@ -388,13 +414,16 @@ def test_shipped_tables_hold_only_what_the_loader_reads(name):
     assert extra <= ({"device", "note"} if name != "nvidia_h200.json" else set()), extra
     assert t["match"] and all(isinstance(m, str) and m for m in t["match"])
     att_fields = {f.name for f in fields(tuning.AttentionConfig)}
-    for section, buckets in t.get("attention", {}).items():
-        assert section == "default" or section in KNOWN_PRESETS, section
-        for bucket, entry in buckets.items():
-            assert bucket in BUCKETS, (section, bucket)
-            assert entry and set(entry) <= att_fields, (section, bucket, set(entry) - att_fields)
-            for k, v in entry.items():
-                tuning._validate(k, v, f"{name}:{section}:{bucket}")
+    for top in tuning.ATTENTION_SECTIONS:
+        for section, buckets in t.get(top, {}).items():
+            assert section == "default" or section in KNOWN_PRESETS, section
+            for bucket, entry in buckets.items():
+                assert bucket in BUCKETS, (top, section, bucket)
+                assert entry and set(entry) <= att_fields, (top, section, bucket, set(entry) - att_fields)
+                # the portable kernel's entries do not name a vendor kernel
+                assert top == "attention" or not set(entry) & {"gluon", "wgmma"}, (top, section, bucket)
+                for k, v in entry.items():
+                    tuning._validate(k, v, f"{name}:{top}:{section}:{bucket}")
     store_fields = {f.name for f in fields(tuning.StoreConfig)}
     for section, entry in t.get("store", {}).items():
         assert section == "*" or section in KNOWN_PRESETS, section
@@ -630,9 +659,10 @@ def test_attention_looks_up_the_query_length_bucket(monkeypatch, gen, device, gr
     # decode with 4 q heads per kv head runs 4-token tiles; its table entry is still q1
     seen = []
 
-    def spy(device_name, preset, max_query_len, rows=None, head_dim=None):
+    def spy(device_name, preset, max_query_len, rows=None, head_dim=None, portable=False):
         assert head_dim == 64  # the cache's head dimension, for entries keyed by it
-        seen.append((tuning.q_bucket(max_query_len), rows))
+        if portable:  # the portable kernel serves: its entries are looked up by the same keys
+            seen.append((tuning.q_bucket(max_query_len), rows))
         return tuning.AttentionConfig(block_kv=16, num_warps=4, num_stages=1)
 
     monkeypatch.setattr(plan, "attention_config_for", spy)

@@ -25,27 +25,38 @@ def _h200_plan(shape: bench.Shape, preset: str, portable: bool):
     p = tq_core.get_preset(preset)
     fields = p.kernel_fields(p.block_layout(shape.head_dim, shape.block_size, shape.kv_heads)).constexprs()
     longest = max(shape.request_q_lens())
-    config = None
-    if portable:
-        group_pad = next_pow2(shape.q_heads // shape.kv_heads)
-        config = portable_config(table_config(H200, p, shape.head_dim, group_pad, longest))
     return plan_attention(
-        H200, p, fields, shape.q_heads, shape.kv_heads, shape.batch, longest, shape.block_size, config=config
+        H200, p, fields, shape.q_heads, shape.kv_heads, shape.batch, longest, shape.block_size, portable=portable
     )
 
 
 @pytest.mark.parametrize("preset", EVERY_PRESET)
 def test_portable_rows_run_the_portable_kernel(preset):
     """--kernel portable plans the portable kernel for every named shape, with the table's
-    tiles and splits; the default path keeps the table's vendor kernels where it names them."""
+    entries for it (``portable`` over ``attention``); where the default path runs the portable
+    kernel too, it plans the same launch."""
     for shape in bench.SHAPES.values():
         default = _h200_plan(shape, preset, portable=False)
         portable = _h200_plan(shape, preset, portable=True)
         assert served_by(portable) == "portable", shape.name
         assert not (portable.gluon or portable.token_rows or portable.wgmma)
-        assert (portable.cfg.block_kv, portable.splits) == (default.cfg.block_kv, default.splits), shape.name
+        group_pad = next_pow2(shape.q_heads // shape.kv_heads)
+        longest = max(shape.request_q_lens())
+        p = tq_core.get_preset(preset)
+        assert portable.cfg == table_config(H200, p, shape.head_dim, group_pad, longest, portable=True), shape.name
+        if served_by(default) == "portable":
+            assert (default.cfg, default.splits, default.block_q) == (portable.cfg, portable.splits, portable.block_q)
     # the H200 table runs k3v4_nc's decode on the token-rows kernel
     assert served_by(_h200_plan(bench.SHAPES["decode-32k"], "turboquant_k3v4_nc", False)) == "token_rows"
+
+
+def test_the_portable_kernel_reads_the_portable_entries():
+    """The H200 table's portable entries reach the portable kernel's plans: head_dim 256 decode
+    runs 64-token tiles with 4 warps, whatever the vendor kernels' entries say."""
+    for preset in ("turboquant_4bit_nc", "turboquant_k3v4_nc", "tq_k4v4"):
+        plan = _h200_plan(bench.SHAPES["decode-d256"], preset, portable=True)
+        assert (plan.cfg.block_kv, plan.cfg.num_warps) == (64, 4), preset
+        assert portable_config(plan.cfg) == plan.cfg
 
 
 def test_served_by_names_each_kernel():

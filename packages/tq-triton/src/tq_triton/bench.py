@@ -18,7 +18,7 @@ from tq_core.synthetic import SyntheticKV
 from tq_core.testing import block_tables, random_calibration
 
 from .attention import attention, attention_plan
-from .attention.plan import LaunchPlan, portable_config
+from .attention.plan import LaunchPlan
 from .store import store
 
 
@@ -182,15 +182,12 @@ KERNELS = ("default", "portable")
 
 
 def case_plan(case: Case, kernel: str = "default") -> LaunchPlan:
-    """The launch plan of ``tq_triton.attention`` on the case: the tuning table's (``default``)
-    or the same entry on the portable kernel (``portable``, :func:`plan.portable_config`)."""
+    """The launch plan of ``tq_triton.attention`` on the case: the plan's choice (``default``)
+    or the portable kernel with its table entries (``portable``, ``plan.plan_attention``)."""
     if kernel not in KERNELS:
         raise ValueError(f"kernel {kernel!r}: expected one of {KERNELS}")
     shape = (case.query, case.kv_cache, case.shape.batch, case.preset)
-    plan = attention_plan(*shape, max_query_len=case.max_query_len)
-    if kernel == "portable":
-        plan = attention_plan(*shape, max_query_len=case.max_query_len, config=portable_config(plan.cfg))
-    return plan
+    return attention_plan(*shape, max_query_len=case.max_query_len, portable=kernel == "portable")
 
 
 def run_tq(

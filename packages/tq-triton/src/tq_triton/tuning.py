@@ -10,7 +10,12 @@ ones), reading ``attention.default["*"]``, ``attention.default[b]``, ``attention
 rows (the q heads of a GQA group, padded to a power of two, times the query tokens per program:
 verification with 8 q heads per kv head has 64-row tiles, with 4 it has 32-row tiles, and the
 best tile can differ between them), then ``attention[p]["b:dD"]`` for head dimension ``D`` (the
-best kernel, tiles and register cap differ between head_dims), then the environment variables of
+best kernel, tiles and register cap differ between head_dims). A launch that the portable
+Triton kernel serves reads the table's ``portable`` section too, keyed the same way: after each
+``attention`` entry comes the ``portable`` entry of the same key (the portable kernel's best
+tiles differ from those of the vendor kernels that the ``attention`` entries are tuned for; a
+more specific ``attention`` entry still overrides a less specific ``portable`` one). Then the
+environment variables of
 :data:`ENV_OVERRIDES` (``TQ_BLOCK_KV``, ``TQ_NUM_WARPS``, ... ``TQ_SKIP_EMPTY``). The
 store reads its table entry, then :data:`STORE_ENV_OVERRIDES` (``TQ_CODE_SEARCH``).
 Setting a variable of :data:`REMOVED_ENV` (a knob that no longer exists) raises
@@ -286,41 +291,60 @@ def _env_overrides(overrides: dict[str, str] = ENV_OVERRIDES) -> tuple[tuple[str
     return tuple(out)
 
 
+# the sections of a table that attention launches read: every launch the first, launches of the
+# portable kernel both
+ATTENTION_SECTIONS = ("attention", "portable")
+
+
 @functools.cache
 def _attention_cached(
-    dev_name: str, preset: str, bucket: str, env: tuple[tuple[str, int], ...], rows: int = 0, head_dim: int = 0
+    dev_name: str,
+    preset: str,
+    bucket: str,
+    env: tuple[tuple[str, int], ...],
+    rows: int = 0,
+    head_dim: int = 0,
+    portable: bool = False,
 ) -> AttentionConfig:
     cfg = AttentionConfig()
     t = table_for(dev_name)
     if t is not None:
-        att = t.get("attention", {})
         where = t["_path"]
+        keys = ["*", bucket] + ([f"{bucket}:m{rows}"] if rows else []) + ([f"{bucket}:d{head_dim}"] if head_dim else [])
+        tops = [t.get(name, {}) for name in ATTENTION_SECTIONS[: 2 if portable else 1]]
         for section in ("default", preset):
-            sec = att.get(section, {})
-            cfg = _apply(cfg, sec.get("*"), where)
-            cfg = _apply(cfg, sec.get(bucket), where)
-            if rows:
-                cfg = _apply(cfg, sec.get(f"{bucket}:m{rows}"), where)
-            if head_dim:
-                cfg = _apply(cfg, sec.get(f"{bucket}:d{head_dim}"), where)
+            for key in keys:
+                for top in tops:
+                    cfg = _apply(cfg, top.get(section, {}).get(key), where)
     return _apply(cfg, dict(env), "environment")
 
 
 def attention_config(
-    device: torch.device, preset: str, max_query_len: int, rows: int | None = None, head_dim: int | None = None
+    device: torch.device,
+    preset: str,
+    max_query_len: int,
+    rows: int | None = None,
+    head_dim: int | None = None,
+    portable: bool = False,
 ) -> AttentionConfig:
     """Launch parameters for a batch whose longest request has ``max_query_len`` query tokens;
     ``rows``: the query rows of one program's tile, for entries keyed by them (``"q8:m64"``);
-    ``head_dim``: for entries keyed by it (``"q1:d64"``)."""
-    return attention_config_for(device_key(device), preset, max_query_len, rows, head_dim)
+    ``head_dim``: for entries keyed by it (``"q1:d64"``); ``portable``: for a launch of the
+    portable kernel (the table's ``portable`` entries too)."""
+    return attention_config_for(device_key(device), preset, max_query_len, rows, head_dim, portable)
 
 
 def attention_config_for(
-    device_name: str, preset: str, max_query_len: int, rows: int | None = None, head_dim: int | None = None
+    device_name: str,
+    preset: str,
+    max_query_len: int,
+    rows: int | None = None,
+    head_dim: int | None = None,
+    portable: bool = False,
 ) -> AttentionConfig:
     """:func:`attention_config` for a device named ``device_name`` (``device.device_key``)."""
     bucket = q_bucket(max_query_len)
-    return _attention_cached(device_name, preset, bucket, _env_overrides(), rows or 0, head_dim or 0)
+    return _attention_cached(device_name, preset, bucket, _env_overrides(), rows or 0, head_dim or 0, portable)
 
 
 @functools.cache

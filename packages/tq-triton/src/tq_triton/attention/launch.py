@@ -241,11 +241,14 @@ def attention_plan(
     max_query_len: int | None = None,
     num_kv_splits: int | None = None,
     config: AttentionConfig | None = None,
+    portable: bool = False,
 ) -> LaunchPlan:
     """The launch plan of :func:`attention` calls with this query's and cache's shapes, this many
     requests and this longest q_len (the hints as :func:`attention` takes them), made once and
     passed to each call as ``plan=``: the tuning lookup, the environment's overrides and the
-    kernel choice happen here, not per call. Reads shapes only, never tensor values."""
+    kernel choice happen here, not per call. Reads shapes only, never tensor values.
+    ``portable``: the portable Triton kernel serves the calls whatever the table asks for
+    (``plan.plan_attention``)."""
     p = get_preset(preset)
     if query.ndim != 3 or kv_cache.ndim != 4:
         raise ShapeError(
@@ -263,7 +266,7 @@ def attention_plan(
     reqs = max(1, int(num_reqs))
     longest = longest_query(nq, reqs, max_query_len)
     return plan_attention(
-        device_facts(query.device), p, fields, hq, hk, reqs, longest, block_size, num_kv_splits, config
+        device_facts(query.device), p, fields, hq, hk, reqs, longest, block_size, num_kv_splits, config, portable
     )
 
 

@@ -279,16 +279,21 @@ class LaunchPlan:
     debug: bool = False
 
 
-def table_config(facts: DeviceFacts, preset: Preset, head_dim: int, group_pad: int, longest: int) -> AttentionConfig:
+def table_config(
+    facts: DeviceFacts, preset: Preset, head_dim: int, group_pad: int, longest: int, portable: bool = False
+) -> AttentionConfig:
     """The tuned parameters of a launch (``tuning.attention_config_for``), looked up by the
-    tile's natural query rows: the padded GQA group times the query tokens per program."""
+    tile's natural query rows: the padded GQA group times the query tokens per program;
+    ``portable``: of a launch of the portable kernel (the table's ``portable`` entries too, the
+    vendor kernels off: :func:`portable_config`)."""
     rows = plan_block_q(group_pad, longest) * group_pad
-    return attention_config_for(facts.name, preset.name, longest, rows, head_dim)
+    cfg = attention_config_for(facts.name, preset.name, longest, rows, head_dim, portable)
+    return portable_config(cfg) if portable else cfg
 
 
 def portable_config(cfg: AttentionConfig) -> AttentionConfig:
     """``cfg`` with the vendor kernels switched off: the portable Triton kernel serves the
-    launch with the entry's tiles, warps and splits (``tq bench --kernel portable``)."""
+    launch with the entry's tiles, warps and splits."""
     return replace(cfg, gluon=0, wgmma=0)
 
 
@@ -314,15 +319,22 @@ def plan_attention(
     block_size: int,
     num_kv_splits: int | None = None,
     config: AttentionConfig | None = None,
+    portable: bool = False,
 ) -> LaunchPlan:
     """The plan of one call: ``config`` or the tuned parameters (looked up by the tile's
     natural query rows), the tile padded to their ``min_rows``, the kv splits
     (``num_kv_splits`` or :func:`plan_splits`), the kernel and its compile-time arguments.
+    Where the portable kernel serves the call without a ``config``, its parameters are the
+    table's with the ``portable`` entries (:func:`table_config`). ``portable``: the portable
+    kernel serves the call (``config`` with the vendor kernels off, or those parameters).
     ``fields``: the cache layout's ``KernelFields.constexprs()``; ``longest``: the batch's
     longest q_len (:func:`longest_query`); ``facts``: the device's (``device.device_facts``)."""
     group = num_q_heads // num_kv_heads
     g_pad = next_pow2(group)
-    cfg = config or table_config(facts, preset, fields["D"], g_pad, longest)
+    if portable:
+        cfg = portable_config(config) if config else table_config(facts, preset, fields["D"], g_pad, longest, True)
+    else:
+        cfg = config or table_config(facts, preset, fields["D"], g_pad, longest)
     block_q = plan_block_q(g_pad, longest, cfg.min_rows)
     rows = block_q * g_pad
     token_rows = False
@@ -345,6 +357,10 @@ def plan_attention(
         gluon = not why_not
         if why_not and debug_enabled():
             _log_portable(why_not)
+    if not gluon and not portable and config is None:
+        # the portable kernel serves the call: with its own table entries
+        args = (facts, preset, fields, num_q_heads, num_kv_heads, num_reqs, longest, block_size, num_kv_splits)
+        return plan_attention(*args, portable=True)
     constexprs = kernel_constexprs(
         preset,
         fields,
