@@ -110,7 +110,7 @@ def attention_kernel(
     (``bounds.balanced_chunk``); otherwise each request's sequence is divided evenly.
     ``SKIP_EMPTY`` (with kv splits): a split with no position for a query chunk writes only
     its rows' log-sum-exp (-inf); ``merge_kernel`` must then be launched with it too.
-    ``KV_ROWS`` (experimental, off by default; no plan sets it yet): each tile step with the
+    ``KV_ROWS`` (experimental, off by default; plan.kernel_constexprs passes False): each tile step with the
     tile's tokens on the matrix unit's rows (``tile.attend_tile_kv_rows``): the query is
     transposed once per query chunk and the accumulator kept as ``[D, M]``, transposed back
     for the output. Same results, up to the order of the matrix unit's sums."""

@@ -84,8 +84,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=(*bench.KERNELS, "both"),
         default="default",
         help="default: the kernel the launch plan picks for each row (vendor kernels where the device's table "
-        "asks for them); portable: the portable Triton kernel alone, with its table entries (the table's portable section over its attention section); both: the "
-        "default path, and the portable kernel too where a vendor kernel serves the row (its time as "
+        "asks for them); portable: the portable Triton kernel alone, with its table entries (the table's "
+        "portable section over its attention section); both: the default path, and the portable kernel too "
+        "where a vendor kernel serves the row (its time as "
         f"portable_ms), with the vendor rows that are not {VENDOR_BAR:g}x as fast as it listed at the end. "
         "Each row records the kernel that served it",
     )
