@@ -11,11 +11,7 @@ through the line table. Example, the shipped H200 decode configuration::
         python3 docs/perf/scripts/static_loop.py --preset turboquant_k3v4_nc --block-kv 32 --warps 1
 
 ``--gluon 1`` counts the explicit-layout kernel (nvidia/gluon_kernel.py) instead, with
-``--wgmma 1`` Hopper's warpgroup products (64 rows). ``--kv-rows 1`` compiles the portable
-kernel's experimental ``KV_ROWS`` orientation (the tile's tokens on the matrix unit's rows,
-attention/tile.py ``attend_tile_kv_rows``). The shared-memory line counts the loop's stores
-(``STS``) and loads (``LDS``, ``LDSM``) per token: what a decoded tile's trip to the matrix
-unit's operand layout costs.
+``--wgmma 1`` Hopper's warpgroup products (64 rows).
 Static counts rank the work in a loop; they do not predict time (docs/perf/h200.md).
 """
 
@@ -50,8 +46,6 @@ BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 INSTR = re.compile(r"\s*/\*([0-9a-f]{4,6})\*/\s+(.*?);")
 LABEL = re.compile(r"\s*(\.L_x_\d+):")
 LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
-# the attention kernel's calibration vectors (float32, one per channel of each kv head)
-CALIBRATION_ARGS = ("KeyGain", "KeyOffset", "KeyFirstOffset", "ValueGain", "ValueOffset", "ValueFirstOffset")
 
 
 def compile_kernel(args: argparse.Namespace):
@@ -70,9 +64,6 @@ def compile_kernel(args: argparse.Namespace):
         args.block_q,
         saturate_query=False,
     )
-    # not (yet) among the plan's constexprs; named here, since an argument missing from
-    # ``consts`` would be compiled as an i32 argument, not as its default
-    consts["KV_ROWS"] = bool(args.kv_rows)
     table = consts["KEY_LUT"]
     types = {
         "Q": "*bf16",
@@ -86,10 +77,6 @@ def compile_kernel(args: argparse.Namespace):
         "Lse": "*fp32",
         "q_mul": "fp32",
         "q_scale": "fp32",
-        # tq's calibrated formats: the calibration vectors and the value codebook (the register
-        # table where VALUE_LUT); placeholders for vLLM's formats, typed alike
-        **dict.fromkeys(CALIBRATION_ARGS, "*fp32"),
-        "VCentroids": "*i32" if consts["VALUE_LUT"] else "*fp16",
     }
     params = list(inspect.signature(KERNEL.attention_kernel.fn).parameters)
     sig, cx, attrs = {}, {}, {}
@@ -164,8 +151,7 @@ def registers(cubin: bytes) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    presets = sorted(tq_core.PRESETS) + sorted(tq_core.CALIBRATED_PRESETS)
-    ap.add_argument("--preset", default="turboquant_k3v4_nc", choices=presets)
+    ap.add_argument("--preset", default="turboquant_k3v4_nc", choices=sorted(tq_core.PRESETS))
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--kv-heads", type=int, default=8)
     ap.add_argument("--group", type=int, default=4, help="q heads per kv head (a power of two)")
@@ -186,18 +172,9 @@ def main() -> None:
         "--prefetch, --stages do not apply)",
     )
     ap.add_argument("--wgmma", type=int, default=0, choices=(0, 1), help="with --gluon 1: Hopper's warpgroup products")
-    ap.add_argument(
-        "--kv-rows",
-        type=int,
-        default=0,
-        choices=(0, 1),
-        help="1: the portable kernel's KV_ROWS orientation (tokens on the matrix unit's rows)",
-    )
     args = ap.parse_args()
     if args.group * args.block_q < 16 or not math.log2(args.group).is_integer():
         ap.error("rows (group x block-q) must be >= 16 and group a power of two")
-    if args.gluon and args.kv_rows:
-        ap.error("--kv-rows applies to the portable kernel (--gluon 0)")
 
     if args.gluon:
         from tq_triton.nvidia.gluon_launch import compile_gluon
@@ -224,18 +201,11 @@ def main() -> None:
     for _, where, op, _ in loop:
         ops[where][op] += 1
     tokens_per_warp = args.block_kv / args.warps
-    orientation = ", KV_ROWS" if args.kv_rows else ""
     print(
         f"triton {triton.__version__}, sm_90: {args.preset}, {args.block_kv}-token tiles, {args.warps} warp(s), "
-        f"{args.group * args.block_q} rows{orientation}; {registers(kernel.asm['cubin'])}"
+        f"{args.group * args.block_q} rows; {registers(kernel.asm['cubin'])}"
     )
-    print(f"inner loop: {len(loop)} instructions per warp per tile, {len(loop) / tokens_per_warp:.1f} per token")
-    # shared-memory stores (STS, STSM: stmatrix) and loads (LDS, LDSM: ldmatrix), and barriers;
-    # wgmma's reads of a shared operand are not instructions of their own
-    kinds = collections.Counter(r[2].split(".")[0] for r in loop)
-    per_token = ", ".join(f"{k} {kinds[k] / tokens_per_warp:.2f}" for k in ("STS", "STSM", "LDS", "LDSM", "BAR"))
-    mma = {k: kinds[k] for k in ("HMMA", "HGMMA") if kinds[k]}
-    print(f"shared memory per token: {per_token}; matrix instructions per tile: {mma}\n")
+    print(f"inner loop: {len(loop)} instructions per warp per tile, {len(loop) / tokens_per_warp:.1f} per token\n")
     for where, n in per_line.most_common(args.top):
         text = ""
         found = [d / where[0] for d in SOURCE_DIRS if where and (d / where[0]).exists()]

@@ -145,7 +145,7 @@ def test_entries_keyed_by_head_dim_come_after_the_rows(user_tables):
     assert got(8, 64) == (8, 64, 0)
 
 
-def test_portable_entries_follow_each_attention_entry_of_their_key(user_tables):
+def test_portable_entries_follow_each_attention_entry_of_their_key(user_tables, monkeypatch):
     """A launch of the portable kernel reads the ``portable`` entry of each key after the
     ``attention`` entry of the same key; other launches never read them."""
     (user_tables / "mine.json").write_text(
@@ -165,10 +165,8 @@ def test_portable_entries_follow_each_attention_entry_of_their_key(user_tables):
     assert got(128, True) == (128, 4, 8, 0, 2)  # the plan switches the vendor kernels off
     assert got(64, True) == (128, 4, 8, 8, 2)
     assert got(256, True) == (128, 8, 8, 0, 2)  # the more specific attention entry wins
-    monkeypatch = pytest.MonkeyPatch()
-    with monkeypatch.context() as m:
-        m.setenv("TQ_NUM_WARPS", "1")  # the environment still comes last
-        assert got(128, True)[1] == 1
+    monkeypatch.setenv("TQ_NUM_WARPS", "1")  # the environment still comes last
+    assert got(128, True)[1] == 1
 
 
 @pytest.mark.parametrize(

@@ -94,7 +94,6 @@ def attention_kernel(
     VALUE_LUT: tl.constexpr = False,
     INT_VALUES: tl.constexpr = False,
     VALUE_PAIRS: tl.constexpr = False,
-    KV_ROWS: tl.constexpr = False,
 ):
     """``PREFETCH``: issue each tile's loads one iteration ahead of its decoding (and its
     block ids two ahead), by hand; the loop then carries no ``num_stages`` of its own
@@ -109,11 +108,7 @@ def attention_kernel(
     sized from the batch's lengths for about ``split_programs`` programs
     (``bounds.balanced_chunk``); otherwise each request's sequence is divided evenly.
     ``SKIP_EMPTY`` (with kv splits): a split with no position for a query chunk writes only
-    its rows' log-sum-exp (-inf); ``merge_kernel`` must then be launched with it too.
-    ``KV_ROWS`` (experimental, off by default; plan.kernel_constexprs passes False): each tile step with the
-    tile's tokens on the matrix unit's rows (``tile.attend_tile_kv_rows``): the query is
-    transposed once per query chunk and the accumulator kept as ``[D, M]``, transposed back
-    for the output. Same results, up to the order of the matrix unit's sums."""
+    its rows' log-sum-exp (-inf); ``merge_kernel`` must then be launched with it too."""
     r = tl.program_id(0)
     h = tl.program_id(1)
     split = tl.program_id(2)
@@ -181,14 +176,7 @@ def attention_kernel(
 
             m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
             l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
-            if KV_ROWS:
-                # the transposed orientation (tile.attend_tile_kv_rows): the query is the right
-                # operand [D, M] of the scores, transposed here, once per query chunk, and the
-                # accumulator is [D, M] (transposed back after the loop)
-                q16 = tl.trans(q16)
-                acc = tl.zeros((D, BLOCK_M), dtype=tl.float32)
-            else:
-                acc = tl.zeros((BLOCK_M, D), dtype=tl.float32)
+            acc = tl.zeros((BLOCK_M, D), dtype=tl.float32)
             r_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
             f_i = tl.full((), 0.0, dtype=tl.float32)  # the value scales' reference (online_softmax)
             # rows of this query chunk see nothing past the chunk's last position
@@ -280,11 +268,8 @@ def attention_kernel(
                     VALUE_LUT=VALUE_LUT,
                     INT_VALUES=INT_VALUES,
                     VALUE_PAIRS=VALUE_PAIRS,
-                    KV_ROWS=KV_ROWS,
                 )
 
-            if KV_ROWS:
-                acc = tl.trans(acc)  # [M, D] for the output, as in the default orientation
             a, b = output_factors(l_i, r_i, f_i, q_bad)
             if CALIBRATED:
                 # b is the probability of position 0; the accumulator is rotated. A row that saw

@@ -24,10 +24,6 @@ The state of a row is ``(m, l, r)`` and, per program, ``f``; the row's output is
   NaN (no maximum or comparison turns it into a number); a non-finite query element makes
   its row NaN through :func:`output_factors_fn` (docs/overview.md, "Non-finite inputs").
 
-The portable kernel's experimental ``KV_ROWS`` orientation (tokens on the matrix unit's
-rows, ``tile.attend_tile_kv_rows``) folds transposed tiles with the ``*_kv_rows_fn`` twins:
-the same arithmetic, reduced over the other axis.
-
 Plain functions of ``triton.language`` operations only, so that Triton and Gluon compile
 the same code (``*_fn``: compile with ``triton.jit`` or ``gluon.jit``).
 """
@@ -78,34 +74,6 @@ def row_sum_fn(r_i, alpha, p, mid):
     return r_i * alpha + tl.sum(p * mid[None, :], axis=1)
 
 
-def tile_step_kv_rows_fn(s_t, q_scale, m_i, l_i, f_i, vscale):
-    """:func:`tile_step_fn` on a transposed tile, with the tile's tokens on the rows: ``s_t``
-    float32 ``[T, M]`` (the portable kernel's ``KV_ROWS`` orientation, scores as ``K Q^T``),
-    ``vscale`` float32 ``[T]``. The same operations on the same numbers, with the reductions
-    over axis 0 and the per-token factors broadcast along columns, so the row state comes
-    out the same: ``(m, l, f, w, factor, p, alpha)`` with ``w`` and ``p`` ``[T, M]`` (``w``
-    the fp16 right operand of the value product ``acc_t = codes^T @ w + acc_t * factor``,
-    ``acc_t`` ``[D, M]``). Keep it the transpose of :func:`tile_step_fn`, literal for literal."""
-    tile_max = tl.max(s_t, axis=0) * q_scale
-    m_new = tl.where(tile_max > m_i + 8.0, tile_max, m_i)
-    # a row that has seen nothing keeps m = -inf: shift by 0, not inf - inf
-    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.where(m_new == m_i, 1.0, tl.exp2(m_i - m_ref))
-    p = tl.exp2(s_t * q_scale - m_ref[None, :])
-    l_new = l_i * alpha + tl.sum(p, axis=0)
-    smax = tl.max(vscale, axis=0)
-    f = tl.where((smax > f_i) | (smax * 16.0 < f_i), smax, f_i)
-    f = tl.where(f > 0, f, 1.0)
-    w = (p * (vscale / f)[:, None]).to(tl.float16)
-    return m_new, l_new, f, w, alpha * (f_i / f), p, alpha
-
-
-def row_sum_kv_rows_fn(r_i, alpha, p_t, mid):
-    """:func:`row_sum_fn` for the transposed probabilities ``p_t`` ``[T, M]``
-    (:func:`tile_step_kv_rows_fn`)."""
-    return r_i * alpha + tl.sum(p_t * mid[:, None], axis=0)
-
-
 def output_factors_fn(l_i, r_i, f_i, q_bad):
     """``(a, b)`` per row with output ``acc * a + b``: ``f / l`` and ``r / l`` (a row that
     saw nothing divides by 1), NaN for a row whose query holds a NaN or ±inf (``q_bad``):
@@ -141,8 +109,6 @@ def saturate_fn(q):
 value_mid = triton.jit(value_mid_fn)
 tile_step = triton.jit(tile_step_fn)
 row_sum = triton.jit(row_sum_fn)
-tile_step_kv_rows = triton.jit(tile_step_kv_rows_fn)
-row_sum_kv_rows = triton.jit(row_sum_kv_rows_fn)
 output_factors = triton.jit(output_factors_fn)
 row_lse = triton.jit(row_lse_fn)
 nonfinite_rows = triton.jit(nonfinite_rows_fn)

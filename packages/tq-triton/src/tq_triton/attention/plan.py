@@ -244,9 +244,6 @@ def kernel_constexprs(
         VALUE_LUT=table_values(preset),
         INT_VALUES=bool(cfg.int_values) and preset.value_kind == "symmetric",
         VALUE_PAIRS=value_pairs(preset),
-        # the experimental tokens-on-rows orientation (tile.attend_tile_kv_rows): off; no
-        # configuration asks for it until a GPU run shows it faster
-        KV_ROWS=False,
     )
 
 

@@ -24,7 +24,7 @@ import triton.language as tl
 from ..bitpack import load_words, unpack
 from ..cache_fields import FP16_BYTES, field_ptr
 from ..codebook_decode import codebook_tile
-from .online_softmax import row_sum, row_sum_kv_rows, tile_step, tile_step_kv_rows, value_mid
+from .online_softmax import row_sum, tile_step, value_mid
 
 
 @triton.jit
@@ -138,7 +138,6 @@ def attend_tile(
     VALUE_LUT: tl.constexpr = False,
     INT_VALUES: tl.constexpr = False,
     VALUE_PAIRS: tl.constexpr = False,
-    KV_ROWS: tl.constexpr = False,
 ):
     """Decode one loaded tile (:func:`load_tile`'s tuple) and fold it into the online
     softmax state ``(m_i, l_i, acc, r_i, f_i)``, which it returns updated, by
@@ -157,196 +156,58 @@ def attend_tile(
     of position 0 instead of value offsets. ``INT_VALUES`` (``AttentionConfig.int_values``,
     tq_k4v4's symmetric values): each code decodes to ``code - 7.5`` from its bits, as uniform
     values do, and its scale is multiplied by 1/8 (the table's ``(2 code - 15) / 16``);
-    ``VCentroids`` is not read. Otherwise ``VCentroids`` and ``first_bias`` are not read.
-
-    ``KV_ROWS`` (experimental, off by default): the same step with the tile's tokens on the
-    matrix unit's rows (:func:`attend_tile_kv_rows`); ``q16`` is then the transposed query
-    ``[D, M]`` and ``acc`` the transposed accumulator ``[D, M]``."""
-    if KV_ROWS:
-        m_i, l_i, acc, r_i, f_i = attend_tile_kv_rows(
-            q16,
-            q_scale,
-            m_i,
-            l_i,
-            acc,
-            r_i,
-            f_i,
-            row_ok,
-            row_pos,
-            start,
-            hi,
-            tile,
-            Centroids,
-            VCentroids,
-            first_bias,
-            BLOCK_KV=BLOCK_KV,
-            D=D,
-            KEY_FP8=KEY_FP8,
-            KBITS=KBITS,
-            VBITS=VBITS,
-            NORM_CORRECTION=NORM_CORRECTION,
-            KEY_LUT=KEY_LUT,
-            CALIBRATED=CALIBRATED,
-            VALUE_LUT=VALUE_LUT,
-            INT_VALUES=INT_VALUES,
-            VALUE_PAIRS=VALUE_PAIRS,
-        )
-    else:
-        ckw, ckn, cvw, cvs, cvz = tile
-        pos = start + tl.arange(0, BLOCK_KV)
-        if KEY_FP8:
-            k16 = ckw[0].to(tl.float8e4nv, bitcast=True).to(tl.float16)
-            s = tl.dot(q16, tl.trans(k16))
-        else:
-            k16, cn2 = codebook_tile(ckw, Centroids, KBITS, BLOCK_KV, D, KEY_LUT)
-            if q16.shape[0] >= 64:
-                # no-op for the result (masked tokens' scores are discarded below); it pins the
-                # tile's layout: without it Triton 3.6 moves the dot operand's shared-memory
-                # conversion up into the join tree and fails to compile tiles of 64 query rows
-                # (Illegal shared layout). It costs a select per element, so only there.
-                k16 = tl.where((pos < hi)[:, None], k16, 0.0)
-            s = tl.dot(q16, tl.trans(k16))
-            knorm = ckn.to(tl.float32)
-            if NORM_CORRECTION:
-                knorm = tl.where(cn2 > 0, knorm * tl.math.rsqrt(cn2), 0.0)
-            s = s * knorm[None, :]
-            if CALIBRATED:
-                s = s + tl.where(pos[None, :] == 0, first_bias[:, None], 0.0)
-
-        visible = row_ok[:, None] & (pos[None, :] < hi) & (pos[None, :] <= row_pos[:, None])
-        s = tl.where(visible, s, float("-inf"))
-        if CALIBRATED and INT_VALUES:
-            # symmetric values (tq_k4v4): the table's (2 code - 15) / 16 is (code - 7.5) / 8; code
-            # - 8 as for uniform values, then + 0.5, both exact in fp16, the 1/8 in the scale
-            vc = unpack(cvw, VBITS, BLOCK_KV, D)
-            v16 = ((vc | 0x6400).to(tl.uint16).to(tl.float16, bitcast=True) - 1032.0) + 0.5
-            vscale = cvs.to(tl.float32) * 0.125
-        elif CALIBRATED:
-            v16, vcn2 = codebook_tile(cvw, VCentroids, VBITS, BLOCK_KV, D, VALUE_LUT)
-            if q16.shape[0] >= 64:
-                # pins the value tile's layout, as for the keys above (Triton 3.6, 64 query rows)
-                v16 = tl.where((pos < hi)[:, None], v16, 0.0)
-            vscale = cvs.to(tl.float32)
-            if NORM_CORRECTION:
-                # the norm-corrected scale of each coded value (a zero vector has scale 0)
-                vscale = tl.where(vcn2 > 0, vscale * tl.math.rsqrt(vcn2), 0.0)
-        else:
-            vscale = cvs.to(tl.float32)
-        m_i, l_i, f_i, w, factor, p, alpha = tile_step(s, q_scale, m_i, l_i, f_i, vscale)
-        if CALIBRATED:
-            acc = tl.dot(w, v16, acc * factor[:, None])
-            r_i = row_sum(r_i, alpha, p, (pos == 0).to(tl.float32))
-        else:
-            if VBITS == 4 and VALUE_PAIRS:
-                v16 = value_pairs(cvw[0], BLOCK_KV, D)
-            else:
-                # fp16 code - 2^(VBITS-1), exact: 0x6400 | code is the fp16 number 1024 + code
-                vc = unpack(cvw, VBITS, BLOCK_KV, D)
-                v16 = (vc | 0x6400).to(tl.uint16).to(tl.float16, bitcast=True) - (1024.0 + (1 << (VBITS - 1)))
-            acc = tl.dot(w, v16, acc * factor[:, None])
-            r_i = row_sum(r_i, alpha, p, value_mid(cvz, vscale, VBITS))
-    return m_i, l_i, acc, r_i, f_i
-
-
-@triton.jit
-def attend_tile_kv_rows(
-    q16_t,
-    q_scale,
-    m_i,
-    l_i,
-    acc_t,
-    r_i,
-    f_i,
-    row_ok,
-    row_pos,
-    start,
-    hi,
-    tile,
-    Centroids,
-    VCentroids,
-    first_bias,
-    BLOCK_KV: tl.constexpr,
-    D: tl.constexpr,
-    KEY_FP8: tl.constexpr,
-    KBITS: tl.constexpr,
-    VBITS: tl.constexpr,
-    NORM_CORRECTION: tl.constexpr,
-    KEY_LUT: tl.constexpr = False,
-    CALIBRATED: tl.constexpr = False,
-    VALUE_LUT: tl.constexpr = False,
-    INT_VALUES: tl.constexpr = False,
-    VALUE_PAIRS: tl.constexpr = False,
-):
-    """:func:`attend_tile` with the tile's tokens on the matrix unit's rows (the portable
-    kernel's experimental ``KV_ROWS``): the decoded key and value tiles are the LEFT operands
-    of both products, the query and the probabilities the right ones.
-
-    - scores ``s_t = K @ Q^T`` ``[BLOCK_KV, M]``, from ``q16_t``, the query as ``[D, M]``
-      (transposed once per query chunk by the kernel, outside the loop);
-    - the value product ``acc_t = V^T @ w_t + acc_t * factor`` into the transposed
-      accumulator ``acc_t`` ``[D, M]``.
-
-    In the default orientation both decoded tiles are right operands, which Triton moves
-    into the matrix unit's operand layout through shared memory every tile. As left operands
-    they can stay in registers: on Hopper, wgmma reads its A operand from registers (the B
-    operand must be in shared memory: here the loop-invariant query and the small
-    ``[BLOCK_KV, M]`` probability tile), and mma.sync's A fragments may be produced by the
-    decode directly. Whether that is faster is what the flag is for.
-
-    The numbers are attend_tile's: the same decode (``codebook_tile``, ``unpack``,
-    ``value_pairs``), the same masks, and the online softmax's transposed twins
-    (``online_softmax.tile_step_kv_rows``, ``row_sum_kv_rows``), which reduce over the
-    tokens' axis 0. The value tile is decoded as ``[BLOCK_KV, D]`` and transposed with
-    ``tl.trans``, a change of layout, not of data; with ``VALUE_PAIRS`` the accumulator's
-    rows are in ``value_words.value_columns`` order, as attend_tile's columns are.
-
-    What the compilers made of it (docs/perf/scripts/static_loop.py ``--kv-rows 1``): Triton
-    3.6 for sm_90 still moves both decoded tiles into the operand layout through shared
-    memory (a store and an ``ldmatrix`` per tile: the decode computes in the loaded words'
-    layout, and the conversion is not pushed up into it), but with 4 warps and 64-token
-    tiles the products become wgmma with register A operands. Intel's Triton 3.3 fails to compile it for tiles of
-    16 query rows where the query is rotated (``hadamard.fwht_rows``' joins, a layout
-    inference error); fp8 keys, and 32 or more rows, compile with DPAS."""
+    ``VCentroids`` is not read. Otherwise ``VCentroids`` and ``first_bias`` are not read."""
     ckw, ckn, cvw, cvs, cvz = tile
     pos = start + tl.arange(0, BLOCK_KV)
     if KEY_FP8:
         k16 = ckw[0].to(tl.float8e4nv, bitcast=True).to(tl.float16)
-        s_t = tl.dot(k16, q16_t)
+        s = tl.dot(q16, tl.trans(k16))
     else:
         k16, cn2 = codebook_tile(ckw, Centroids, KBITS, BLOCK_KV, D, KEY_LUT)
-        s_t = tl.dot(k16, q16_t)
+        if q16.shape[0] >= 64:
+            # no-op for the result (masked tokens' scores are discarded below); it pins the
+            # tile's layout: without it Triton 3.6 moves the dot operand's shared-memory
+            # conversion up into the join tree and fails to compile tiles of 64 query rows
+            # (Illegal shared layout). It costs a select per element, so only there.
+            k16 = tl.where((pos < hi)[:, None], k16, 0.0)
+        s = tl.dot(q16, tl.trans(k16))
         knorm = ckn.to(tl.float32)
         if NORM_CORRECTION:
             knorm = tl.where(cn2 > 0, knorm * tl.math.rsqrt(cn2), 0.0)
-        s_t = s_t * knorm[:, None]
+        s = s * knorm[None, :]
         if CALIBRATED:
-            s_t = s_t + tl.where(pos[:, None] == 0, first_bias[None, :], 0.0)
+            s = s + tl.where(pos[None, :] == 0, first_bias[:, None], 0.0)
 
-    visible = (pos[:, None] < hi) & row_ok[None, :] & (pos[:, None] <= row_pos[None, :])
-    s_t = tl.where(visible, s_t, float("-inf"))
+    visible = row_ok[:, None] & (pos[None, :] < hi) & (pos[None, :] <= row_pos[:, None])
+    s = tl.where(visible, s, float("-inf"))
     if CALIBRATED and INT_VALUES:
-        # tq_k4v4's symmetric values, as in attend_tile: (code - 8) + 0.5, the 1/8 in the scale
+        # symmetric values (tq_k4v4): the table's (2 code - 15) / 16 is (code - 7.5) / 8; code
+        # - 8 as for uniform values, then + 0.5, both exact in fp16, the 1/8 in the scale
         vc = unpack(cvw, VBITS, BLOCK_KV, D)
         v16 = ((vc | 0x6400).to(tl.uint16).to(tl.float16, bitcast=True) - 1032.0) + 0.5
         vscale = cvs.to(tl.float32) * 0.125
     elif CALIBRATED:
         v16, vcn2 = codebook_tile(cvw, VCentroids, VBITS, BLOCK_KV, D, VALUE_LUT)
+        if q16.shape[0] >= 64:
+            # pins the value tile's layout, as for the keys above (Triton 3.6, 64 query rows)
+            v16 = tl.where((pos < hi)[:, None], v16, 0.0)
         vscale = cvs.to(tl.float32)
         if NORM_CORRECTION:
+            # the norm-corrected scale of each coded value (a zero vector has scale 0)
             vscale = tl.where(vcn2 > 0, vscale * tl.math.rsqrt(vcn2), 0.0)
     else:
         vscale = cvs.to(tl.float32)
-    m_i, l_i, f_i, w_t, factor, p_t, alpha = tile_step_kv_rows(s_t, q_scale, m_i, l_i, f_i, vscale)
+    m_i, l_i, f_i, w, factor, p, alpha = tile_step(s, q_scale, m_i, l_i, f_i, vscale)
     if CALIBRATED:
-        acc_t = tl.dot(tl.trans(v16), w_t, acc_t * factor[None, :])
-        r_i = row_sum_kv_rows(r_i, alpha, p_t, (pos == 0).to(tl.float32))
+        acc = tl.dot(w, v16, acc * factor[:, None])
+        r_i = row_sum(r_i, alpha, p, (pos == 0).to(tl.float32))
     else:
         if VBITS == 4 and VALUE_PAIRS:
             v16 = value_pairs(cvw[0], BLOCK_KV, D)
         else:
-            # fp16 code - 2^(VBITS-1), exact, as in attend_tile
+            # fp16 code - 2^(VBITS-1), exact: 0x6400 | code is the fp16 number 1024 + code
             vc = unpack(cvw, VBITS, BLOCK_KV, D)
             v16 = (vc | 0x6400).to(tl.uint16).to(tl.float16, bitcast=True) - (1024.0 + (1 << (VBITS - 1)))
-        acc_t = tl.dot(tl.trans(v16), w_t, acc_t * factor[None, :])
-        r_i = row_sum_kv_rows(r_i, alpha, p_t, value_mid(cvz, vscale, VBITS))
-    return m_i, l_i, acc_t, r_i, f_i
+        acc = tl.dot(w, v16, acc * factor[:, None])
+        r_i = row_sum(r_i, alpha, p, value_mid(cvz, vscale, VBITS))
+    return m_i, l_i, acc, r_i, f_i
