@@ -33,6 +33,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 import tq_core
+from tq_triton.attention import plan
 from tq_triton.attention.plan import kernel_constexprs
 from tq_triton.tuning import AttentionConfig
 
@@ -42,6 +43,8 @@ KERNEL = importlib.import_module("tq_triton.attention.kernel")
 # package (the Gluon kernel), then tq_triton
 TQ_TRITON = Path(KERNEL.__file__).parent.parent
 SOURCE_DIRS = (TQ_TRITON / "attention", TQ_TRITON / "nvidia", TQ_TRITON)
+# the calibrated formats' per-head float32 vectors (unread by the other formats)
+CALIBRATION_ARGS = ("KeyGain", "KeyOffset", "KeyFirstOffset", "ValueGain", "ValueOffset", "ValueFirstOffset")
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 INSTR = re.compile(r"\s*/\*([0-9a-f]{4,6})\*/\s+(.*?);")
 LABEL = re.compile(r"\s*(\.L_x_\d+):")
@@ -54,6 +57,9 @@ def compile_kernel(args: argparse.Namespace):
     # the constexprs as the launcher passes them on an NVIDIA GPU (attention/plan.py); 3- and
     # 4-bit codebook keys are looked up in a register table (KEY_LUT: plan.table_keys)
     cfg = AttentionConfig(block_kv=args.block_kv, num_stages=args.stages, prefetch=args.prefetch)
+    if args.gather:
+        # every codebook gathered one code at a time: the plan's pair tables switched off
+        plan.table_keys = plan.table_values = lambda preset: False
     consts = kernel_constexprs(
         p,
         p.kernel_fields(lay).constexprs(),
@@ -65,6 +71,7 @@ def compile_kernel(args: argparse.Namespace):
         saturate_query=False,
     )
     table = consts["KEY_LUT"]
+    calibration = {name: "*fp32" for name in CALIBRATION_ARGS}
     types = {
         "Q": "*bf16",
         "Cache": "*u8",
@@ -77,6 +84,8 @@ def compile_kernel(args: argparse.Namespace):
         "Lse": "*fp32",
         "q_mul": "fp32",
         "q_scale": "fp32",
+        **calibration,
+        "VCentroids": "*i32" if consts["VALUE_LUT"] else "*fp16",
     }
     params = list(inspect.signature(KERNEL.attention_kernel.fn).parameters)
     sig, cx, attrs = {}, {}, {}
@@ -151,7 +160,8 @@ def registers(cubin: bytes) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="turboquant_k3v4_nc", choices=sorted(tq_core.PRESETS))
+    presets = sorted({**tq_core.PRESETS, **tq_core.CALIBRATED_PRESETS})
+    ap.add_argument("--preset", default="turboquant_k3v4_nc", choices=presets)
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--kv-heads", type=int, default=8)
     ap.add_argument("--group", type=int, default=4, help="q heads per kv head (a power of two)")
@@ -163,6 +173,12 @@ def main() -> None:
     ap.add_argument("--splits", type=int, default=33)
     ap.add_argument("--max-registers", type=int, default=0)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument(
+        "--gather",
+        action="store_true",
+        help="gather 3- and 4-bit codebooks one code at a time instead of reading them through their pair "
+        "tables (plan.table_keys)",
+    )
     ap.add_argument(
         "--gluon",
         type=int,
