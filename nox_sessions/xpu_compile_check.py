@@ -200,9 +200,8 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
     the xpu path does not use by default (``BALANCE``, ``split_budget``'s split sizes, and
     ``SKIP_EMPTY``, ``skip_empty``, where the launch has kv splits; tq_k4v4's symmetric values
     from their bits, ``INT_VALUES``), and the merge kernel with ``SKIP_EMPTY``. 3- and 4-bit
-    codebook keys and calibrated values are read through the pair tables of
-    ``codebook_decode.pair_words`` (``KEY_LUT``, ``VALUE_LUT`` as the plan sets them), whose
-    pointers are then int32."""
+    codebook keys and calibrated values are looked up in the register tables of ``key_lut``
+    (``KEY_LUT``, ``VALUE_LUT`` as the plan sets them), whose pointers are then int32."""
     import tq_core
     from tq_triton.attention.kernel import MERGE_WARPS, attention_kernel, merge_kernel
     from tq_triton.attention.plan import kernel_constexprs, next_pow2, plan_block_q

@@ -58,7 +58,7 @@ def compile_kernel(args: argparse.Namespace):
     # 4-bit codebook keys are looked up in a register table (KEY_LUT: plan.table_keys)
     cfg = AttentionConfig(block_kv=args.block_kv, num_stages=args.stages, prefetch=args.prefetch)
     if args.gather:
-        # every codebook gathered one code at a time: the plan's pair tables switched off
+        # every codebook gathered one code at a time: the plan's tables switched off
         plan.table_keys = plan.table_values = lambda preset: False
     consts = kernel_constexprs(
         p,
@@ -176,7 +176,7 @@ def main() -> None:
     ap.add_argument(
         "--gather",
         action="store_true",
-        help="gather 3- and 4-bit codebooks one code at a time instead of reading them through their pair "
+        help="gather 3- and 4-bit codebooks one code at a time instead of reading them through the plan's "
         "tables (plan.table_keys)",
     )
     ap.add_argument(

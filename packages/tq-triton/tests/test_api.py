@@ -73,7 +73,7 @@ def test_debug_mode_checks_metadata_values(monkeypatch, device):
         ("TQ_NUM_KV_SPLITS", "-1", "in \\["),
         ("TQ_MAX_REGISTERS", "256", "in \\["),
         ("TQ_VALUE_ACC", "1", "was removed"),
-        ("TQ_KEY_LUT", "2", "TQ_KEY_LUT was removed .*pair table"),
+        ("TQ_KEY_LUT", "2", "TQ_KEY_LUT was removed .*register table"),
         ("TQ_TOKEN_ROWS", "1", "TQ_TOKEN_ROWS was removed .*TQ_GLUON=2"),
         ("TQ_GLUON", "3", "in \\["),
         ("TQ_WGMMA", "2", "in \\["),

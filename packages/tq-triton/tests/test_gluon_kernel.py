@@ -29,8 +29,8 @@ from tq_core.testing.quick import cover, quick_enabled
 from tq_triton.attention import launch, plan
 from tq_triton.device import DeviceFacts
 from tq_triton.device_tensors import cached_value_codebook, codebook, lut_table
+from tq_triton.key_lut import lut_words, selectors_fn
 from tq_triton.nvidia import gluon_launch
-from tq_triton.nvidia.key_lut import lut_words, selectors_fn
 from tq_triton.value_words import value_columns_fn
 
 needs_gluon = pytest.mark.skipif(not plan.gluon_available(), reason="this Triton has no Gluon")

@@ -1,23 +1,32 @@
-"""The NVIDIA kernels' register tables for codebook codes (``nvidia.key_lut``: 3- and 4-bit
-keys, 3- and 4-bit calibrated values): the tables and the Gluon kernel's permute constants
-(``nvidia.lut_ptx``) against a model of PTX ``prmt`` on the host, and the selectors against
-the bit stream."""
+"""The register tables for codebook codes (``key_lut``: 3- and 4-bit keys, 3- and 4-bit
+calibrated values): the tables and the Gluon kernel's permute constants
+(``nvidia.lut_ptx``) against a model of PTX ``prmt`` on the host, the selectors against the
+bit stream, the portable kernel's lookups (plain Triton operations, on every device) against
+the codebook gathered from memory, the plan's choice of them, and attention with them
+against tq_core."""
 
 from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import triton
 import triton.language as tl
+from tqt_helpers import assert_close, make_batch, run_triton
 
 import tq_core
-from tq_triton.device_tensors import codebook
-from tq_triton.nvidia.key_lut import group_selectors, lut_words, magnitude_selectors_fn
+import tq_triton
+from tq_triton.attention import plan
+from tq_triton.codebook_decode import codebook_tile
+from tq_triton.device import DeviceFacts
+from tq_triton.device_tensors import cached_value_codebook, codebook
+from tq_triton.key_lut import group_selectors, lut_words, magnitude_selectors_fn
 from tq_triton.nvidia.lut_ptx import LUT16_PAIRS_PTX, LUT_PAIRS_PTX, SIGN_SELECTORS
+from tq_triton.tuning import AttentionConfig
 
 LUT_PRESETS = ["turboquant_k3v4_nc", "turboquant_3bit_nc"]
 # 4-bit keys, and the calibrated formats' 3- and 4-bit values
@@ -196,6 +205,7 @@ def test_lut_words_rejects_other_tables():
 
 
 def test_group_selectors_match_the_bit_stream(gen):
+    import triton
     import triton.language as tl
 
     @triton.jit
@@ -218,3 +228,120 @@ def test_group_selectors_match_the_bit_stream(gen):
             selectors[(1,)](w, out, g)
             want = sum(codes[4 * g + i] << (4 * i) for i in range(4))
             assert int(out) == want, f"group {g}"
+
+
+INTERPRETER = DeviceFacts("interpreter", False, (0, 0), 4)
+XPU = DeviceFacts("Intel(R) Arc(TM) B580 Graphics", False, (0, 0), 20, type="xpu")
+H200 = DeviceFacts("NVIDIA H200", True, (9, 0), 132)
+# the presets whose keys (values) the portable kernel looks up in a register table
+TABLE_KEYS = {"turboquant_k3v4_nc", "turboquant_4bit_nc", "turboquant_3bit_nc", "tq_k4v3", "tq_k4v4"}
+TABLE_VALUES = {"tq_k4v3", "tq_k4v4"}
+
+
+@pytest.mark.parametrize("facts", [INTERPRETER, XPU, H200], ids=["interpreter", "xpu", "nvidia"])
+def test_the_portable_kernel_looks_3_and_4_bit_codes_up_in_the_table_on_every_device(facts):
+    # KEY_LUT / VALUE_LUT follow the codes' widths alone (no knob, no device fact): 3- and
+    # 4-bit codebook keys and calibrated values; not fp8 keys, 6-bit keys or 5-bit values
+    for name in (*tq_core.PRESETS, *tq_core.CALIBRATED_PRESETS):
+        p = tq_core.get_preset(name)
+        fields = p.kernel_fields(p.block_layout(128, 16, 2)).constexprs()
+        lp = plan.plan_attention(facts, p, fields, 8, 2, 3, 1, 16, config=AttentionConfig())
+        assert lp.constexprs["KEY_LUT"] is (name in TABLE_KEYS), name
+        assert lp.constexprs["VALUE_LUT"] is (name in TABLE_VALUES), name
+        assert lp.key_table == (name in TABLE_KEYS) and plan.served_by(lp) == "portable", name
+        # the compile-time arguments the Xe2 compile check compiles
+        cx = plan.kernel_constexprs(p, fields, AttentionConfig(), 4, 8, 1, 4)
+        assert (cx["KEY_LUT"], cx["VALUE_LUT"]) == (name in TABLE_KEYS, name in TABLE_VALUES), name
+    # gluon 2 off NVIDIA GPUs: the portable kernel, with the tables
+    p = tq_core.get_preset("turboquant_k3v4_nc")
+    fields = p.kernel_fields(p.block_layout(128, 16, 2)).constexprs()
+    lp = plan.plan_attention(facts, p, fields, 8, 2, 3, 1, 16, config=AttentionConfig(gluon=2))
+    if not facts.nvidia:
+        assert plan.served_by(lp) == "portable" and lp.constexprs["KEY_LUT"] is True
+
+
+def test_the_portable_kernel_has_no_inline_assembly():
+    # the portable kernel's modules (everything of tq_triton outside nvidia/) hold no inline
+    # assembly: the same source compiles for every backend
+    root = Path(tq_triton.__file__).parent
+    for path in root.rglob("*.py"):
+        if "nvidia" in path.relative_to(root).parts:
+            continue
+        text = path.read_text()
+        assert "inline_asm" not in text and "asm_elementwise" not in text, path
+
+
+@triton.jit
+def _decode_tile(W, Table, Out, Sq, BITS: tl.constexpr, T: tl.constexpr, D: tl.constexpr, TABLE: tl.constexpr):
+    """``codebook_tile`` of a tile of packed codes ``W`` (int32 ``[T, D * BITS // 32]``), loaded
+    as ``bitpack.load_words`` loads them: for 3 bits the three words of each 32-code chunk,
+    ``[T, D // 32]`` each; for 4 bits the words ``[T, D // 8]``."""
+    t = tl.arange(0, T)[:, None]
+    if BITS == 4:
+        ws = (tl.load(W + t * (D // 8) + tl.arange(0, D // 8)[None, :]).to(tl.uint32, bitcast=True),)
+    else:
+        row = W + t * (3 * D // 32) + tl.arange(0, D // 32)[None, :] * 3
+        ws = (
+            tl.load(row).to(tl.uint32, bitcast=True),
+            tl.load(row + 1).to(tl.uint32, bitcast=True),
+            tl.load(row + 2).to(tl.uint32, bitcast=True),
+        )
+    k16, sq = codebook_tile(ws, Table, BITS, T, D, TABLE)
+    tl.store(Out + t * D + tl.arange(0, D)[None, :], k16)
+    tl.store(Sq + tl.arange(0, T), sq)
+
+
+@pytest.mark.parametrize(
+    ("preset", "values"),
+    [("turboquant_k3v4_nc", False), ("turboquant_4bit_nc", False), ("tq_k4v3", True), ("tq_k4v4", True)],
+)
+def test_the_table_lookup_gives_the_gathered_centroids(preset, values, gen):
+    # codebook_tile with the register table (plain Triton operations) against the same codes
+    # gathered from the fp16 codebook: every centroid bit for bit, the squared norms close
+    if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
+        pytest.skip("needs the Triton interpreter or a GPU")
+    dev = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+    p = tq_core.get_preset(preset)
+    T, D = 16, 64
+    if values:
+        cent = cached_value_codebook(p, D, torch.device("cpu"))[1]
+        bits = p.value_bits
+    else:
+        cent = codebook(p, D, torch.device("cpu"))[2]
+        bits = p.key_bits
+    n = len(cent)
+    # every code at least once per token, in shuffled positions
+    codes = torch.stack([torch.randperm(D, generator=gen) % n for _ in range(T)])
+    stream = [sum(int(c) << (bits * j) for j, c in enumerate(row)) for row in codes.tolist()]
+    nw = D * bits // 32
+    words = [[(v >> (32 * i)) & 0xFFFFFFFF for i in range(nw)] for v in stream]
+    w = torch.tensor([[x - (1 << 32) if x >= 1 << 31 else x for x in row] for row in words], dtype=torch.int32)
+    outs = {}
+    for table in (False, True):
+        out = torch.zeros(T, D, dtype=torch.float16, device=dev)
+        sq = torch.zeros(T, dtype=torch.float32, device=dev)
+        tab = lut_words(cent).to(dev) if table else cent.to(dev)
+        _decode_tile[(1,)](w.to(dev), tab, out, sq, bits, T, D, table)
+        outs[table] = (out.cpu(), sq.cpu())
+    want = cent[codes]
+    for table, (out, sq) in outs.items():
+        assert torch.equal(out.view(torch.int16), want.view(torch.int16)), (preset, table)
+        torch.testing.assert_close(sq, want.float().pow(2).sum(1), rtol=2e-3, atol=0)
+
+
+# 3-bit keys at every head_dim; 4-bit keys (the rest), with the calibrated formats' 3-bit
+# (tq_k4v3) and 4-bit (tq_k4v4) values
+TABLE_ROWS = [(p, d, g) for p in LUT_PRESETS for d, g in [(64, 1), (128, 4), (256, 8)]] + [
+    ("turboquant_4bit_nc", 64, 2),
+    ("tq_k4v3", 128, 4),
+    ("tq_k4v4", 64, 1),
+]
+
+
+@pytest.mark.parametrize(("preset", "head_dim", "group"), TABLE_ROWS)
+def test_attention_with_the_register_tables(preset, head_dim, group, gen, device):
+    # the portable kernel looks these codes up in its register tables on every device
+    shape = {"head_dim": head_dim, "num_kv_heads": 2, "group": group}
+    b = make_batch(gen, preset, [1, 17, 70, 129], [1, 1, 8, 5], device=device, **shape)
+    for splits in (1, 4):
+        assert_close(*run_triton(b, splits=splits))

@@ -142,6 +142,7 @@ def test_the_plan_picks_it_only_where_it_applies():
             # 8 or 16 query columns: the group's q heads, padded, times the query tokens per
             # program; 16 only where 8 do not hold the longest request
             assert lp.block_q * g_pad == columns and lp.constexprs["BLOCK_Q"] == lp.block_q, (group, longest)
+            assert lp.key_table
     assert not _plan(gluon=1).token_rows and plan.served_by(_plan(gluon=1)) == "gluon"
     # norm_mma reaches the token-rows kernel only (the other kernels have no such argument)
     assert _plan(norm_mma=1).constexprs["NORM_MMA"] is True

@@ -18,8 +18,8 @@ from test_key_lut import _b32, _f16x2, prmt
 
 import tq_core
 from tq_triton.device_tensors import codebook
+from tq_triton.key_lut import lut_words
 from tq_triton.nvidia import token_rows_ptx as ptx
-from tq_triton.nvidia.key_lut import lut_words
 from tq_triton.value_words import nibbles_fn
 
 MASK = 0xFFFFFFFF

@@ -110,12 +110,6 @@ def load_words(row_ptr, mask, BITS: tl.constexpr, D: tl.constexpr):
 
 
 @triton.jit
-def half_pairs(x):
-    """The two fp16 halves of the 32-bit words ``x`` (low half first, in a new last axis)."""
-    return tl.join(x.to(tl.uint16), (x >> 16).to(tl.uint16)).to(tl.float16, bitcast=True)
-
-
-@triton.jit
 def unpack(ws, BITS: tl.constexpr, T: tl.constexpr, D: tl.constexpr):
     """Codes ``[T, D]`` from a tile's words (:func:`load_words`)."""
     if BITS == 4:

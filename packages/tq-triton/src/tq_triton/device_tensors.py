@@ -13,8 +13,7 @@ import torch
 
 from tq_core import Preset, key_codebook, value_codebook
 
-from .codebook_decode import pair_words
-from .nvidia.key_lut import lut_words
+from .key_lut import lut_words
 
 
 @functools.cache
@@ -62,24 +61,11 @@ def cached_lut_table(preset: Preset, head_dim: int, device: torch.device) -> tor
 @functools.cache
 def cached_value_lut_table(preset: Preset, head_dim: int, device: torch.device) -> torch.Tensor:
     """The register table of a calibrated format's 3- or 4-bit value codebook
-    (``nvidia.key_lut.lut_words``), shared by every launch (launchers only)."""
+    (``key_lut.lut_words``), shared by every launch (launchers only)."""
     return lut_words(cached_value_codebook(preset, head_dim, torch.device("cpu"))[1]).to(device)
 
 
-@functools.cache
-def cached_pair_table(preset: Preset, head_dim: int, device: torch.device) -> torch.Tensor:
-    """The pair table of the fp16 key codebook (``codebook_decode.pair_words``), shared by
-    every launch (launchers only)."""
-    return pair_words(cached_codebook(preset, head_dim, torch.device("cpu"))[2]).to(device)
-
-
-@functools.cache
-def cached_value_pair_table(preset: Preset, head_dim: int, device: torch.device) -> torch.Tensor:
-    """The pair table of a calibrated format's 3- or 4-bit value codebook (launchers only)."""
-    return pair_words(cached_value_codebook(preset, head_dim, torch.device("cpu"))[1]).to(device)
-
-
 def lut_table(preset: Preset, head_dim: int, device: torch.device) -> torch.Tensor:
-    """The register table of the fp16 codebook (``nvidia.key_lut.lut_words``) on ``device``: a new
+    """The register table of the fp16 codebook (``key_lut.lut_words``) on ``device``: a new
     tensor on every call."""
     return cached_lut_table(preset, head_dim, device).clone()

@@ -180,8 +180,8 @@ REMOVED_ENV = {
         "where the strides need them (docs/perf/runs/2026-12-04-store)"
     ),
     "TQ_KEY_LUT": (
-        "the portable kernel always reads 3- and 4-bit codes through a pair table, two codes per load "
-        "(codebook_decode.pair_words)"
+        "the portable kernel always looks 3- and 4-bit codes up in its register table, in plain Triton "
+        "operations: on an H100 as fast as the PTX byte permutes (docs/perf/runs/2026-12-05-h100-vendor-rule)"
     ),
     "TQ_TOKEN_ROWS": "TQ_GLUON=2 asks for the token-rows kernel",
 }
@@ -189,7 +189,7 @@ REMOVED_ENV = {
 # table written before the change does not silently run another kernel
 REMOVED_FIELDS = {
     "token_rows": '"gluon": 2 asks for the token-rows kernel',
-    "key_lut": "the portable kernel always reads 3- and 4-bit codes through a pair table",
+    "key_lut": "the portable kernel always looks 3- and 4-bit codes up in its register table",
     "rotation": REMOVED_ENV["TQ_STORE_ROTATION"],
     "lean": REMOVED_ENV["TQ_STORE_LEAN"],
 }

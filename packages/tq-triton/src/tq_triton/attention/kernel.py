@@ -102,7 +102,7 @@ def attention_kernel(
     ``SATURATE_QUERY``: clamp the scaled query to ±65504 before its round-toward-zero
     fp16 cast; False where that cast saturates by itself (see ``device.DeviceFacts.cast_saturates``).
     ``KEY_LUT``, ``VALUE_LUT``, ``INT_VALUES``: see ``tile.attend_tile`` (``Centroids``,
-    ``VCentroids`` are then pair tables; ``INT_VALUES``: tq_k4v4's symmetric values from
+    ``VCentroids`` are then register tables; ``INT_VALUES``: tq_k4v4's symmetric values from
     their codes' bits, ``VCentroids`` not read).
     ``BALANCE``: the kv splits are
     sized from the batch's lengths for about ``split_programs`` programs

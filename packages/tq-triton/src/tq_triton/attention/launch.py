@@ -11,15 +11,7 @@ from tq_core import LayerCalibration, Preset, RangeError, ShapeError, get_preset
 from tq_core.contract import check_attention_args, debug_enabled
 
 from ..device import device_facts
-from ..device_tensors import (
-    cached_codebook,
-    cached_lut_table,
-    cached_pair_table,
-    cached_value_codebook,
-    cached_value_lut_table,
-    cached_value_pair_table,
-    dummy,
-)
+from ..device_tensors import cached_codebook, cached_lut_table, cached_value_codebook, cached_value_lut_table, dummy
 from ..nvidia.gluon_launch import launch_gluon, launch_token_rows
 from ..tuning import AttentionConfig
 from .kernel import MERGE_WARPS, attention_kernel, merge_kernel
@@ -193,24 +185,25 @@ def attention(
         plan.split_programs,
     )
 
-    def kernel_args(vendor: bool) -> tuple:
-        """Every kernel's positional arguments, with the codebooks as the kernel reads them
-        (:func:`_codebook_tables`)."""
-        keys, values = _codebook_tables(p, d, dev, plan.constexprs, vendor)
+    def kernel_args(key_table: bool, value_table: bool) -> tuple:
+        """Every kernel's positional arguments; ``key_table`` / ``value_table``: the key and
+        value codebooks as ``key_lut``'s register tables (the Gluon kernels always, the
+        portable one where its ``KEY_LUT`` / ``VALUE_LUT`` ask for them)."""
+        keys = _centroids(p, d, dev, key_table)
         head = (query, kv_cache, block_table, seq_lens, query_start_loc, keys)
-        return (*head, *tail_args, *_calibration_args(p, calibration, dev, values))
+        return (*head, *tail_args, *_calibration_args(p, calibration, d, dev, value_table))
 
     cx = plan.constexprs
     if plan.token_rows:
-        launch_token_rows(grid, kernel_args(True), cx, plan.options)
+        launch_token_rows(grid, kernel_args(True, True), cx, plan.options)
     # False where the Gluon kernel needs more shared memory than the device has: the
     # portable kernel then runs
     gluon = plan.token_rows or (
-        plan.gluon and launch_gluon(grid, kernel_args(True), cx, plan.options, wgmma=plan.wgmma)
+        plan.gluon and launch_gluon(grid, kernel_args(True, True), cx, plan.options, wgmma=plan.wgmma)
     )
     if not gluon:
         attention_kernel[grid](
-            *kernel_args(False),
+            *kernel_args(bool(cx["KEY_LUT"]), bool(cx["VALUE_LUT"])),
             **cx,
             num_warps=plan.cfg.num_warps,
             **plan.options,
@@ -290,42 +283,27 @@ def _check_plan(plan: LaunchPlan, device: str, fields: dict[str, int], preset: P
         raise ShapeError(f"plan= was made for other shapes or another preset than the call's: {diff}")
 
 
-def _codebook_tables(
-    preset: Preset, head_dim: int, device: torch.device, constexprs: dict[str, object], vendor: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The kernels' ``Centroids`` and ``VCentroids`` arguments (each a placeholder where the
-    format has no such codebook): for the vendor kernels (``vendor``) the register tables of
-    3- and 4-bit codebooks (``nvidia.key_lut.lut_words``); for the portable kernel the pair
-    table where its ``KEY_LUT`` / ``VALUE_LUT`` ask for it (``codebook_decode.pair_words``),
-    else the fp16 codebook."""
+def _centroids(preset: Preset, head_dim: int, device: torch.device, table: bool) -> torch.Tensor:
+    """The kernels' ``Centroids`` argument: a placeholder for fp8 keys, else ``key_lut``'s
+    register table (``table``) or the fp16 codebook."""
     if preset.key_is_fp8:
-        keys = dummy(device)
-    elif vendor:
-        keys = cached_lut_table(preset, head_dim, device)
-    elif constexprs["KEY_LUT"]:
-        keys = cached_pair_table(preset, head_dim, device)
-    else:
-        keys = cached_codebook(preset, head_dim, device)[2]
-    if not preset.calibrated:
-        values = dummy(device)
-    elif vendor:
-        values = cached_value_lut_table(preset, head_dim, device)
-    elif constexprs["VALUE_LUT"]:
-        values = cached_value_pair_table(preset, head_dim, device)
-    else:
-        values = cached_value_codebook(preset, head_dim, device)[1]
-    return keys, values
+        return dummy(device)
+    return cached_lut_table(preset, head_dim, device) if table else cached_codebook(preset, head_dim, device)[2]
 
 
 def _calibration_args(
-    preset: Preset, calibration: LayerCalibration | None, device: torch.device, values: torch.Tensor
+    preset: Preset, calibration: LayerCalibration | None, head_dim: int, device: torch.device, table: bool
 ) -> tuple[torch.Tensor, ...]:
     """The portable kernel's calibration pointers (key gain, offset, first offset; the same for
-    values) and the value codebook ``values`` (:func:`_codebook_tables`): placeholders for
-    vLLM's presets."""
+    values) and the value codebook (``key_lut``'s register table where ``table``, else the
+    fp16 codebook): placeholders for vLLM's presets."""
     if not preset.calibrated:
         return (dummy(device),) * 7
     assert calibration is not None  # check_attention_args requires it
+    if table:
+        values = cached_value_lut_table(preset, head_dim, device)
+    else:
+        values = cached_value_codebook(preset, head_dim, device)[1]
     return (*calibration.kernel_vectors(), values)
 
 

@@ -196,17 +196,16 @@ def _log_portable(reason: str) -> None:
 
 
 def table_keys(preset: Preset) -> bool:
-    """The portable kernel's ``KEY_LUT``: whether it reads the preset's keys two codes at a
-    time from their pair table (3- and 4-bit codebook keys, on every device;
-    ``codebook_decode.codebook_tile``, ``Centroids`` is then ``codebook_decode.pair_words``'
-    table) rather than gathering each centroid from the fp16 codebook (5- and 6-bit keys; fp8
-    keys have none)."""
+    """The portable kernel's ``KEY_LUT``: whether it looks the preset's keys up in
+    ``key_lut``'s register table (3- and 4-bit codebook keys, on every device, in plain
+    Triton operations; ``Centroids`` is then ``key_lut.lut_words``' table) rather than
+    gathering the centroids from memory (5- and 6-bit keys; fp8 keys have none)."""
     return not preset.key_is_fp8 and preset.key_bits in (3, 4)
 
 
 def table_values(preset: Preset) -> bool:
     """The portable kernel's ``VALUE_LUT``: :func:`table_keys` for the calibrated formats'
-    3- and 4-bit table values (``VCentroids``); other values have no codebook."""
+    3- and 4-bit Lloyd-Max values (``VCentroids``); other values have no codebook."""
     return preset.calibrated and preset.value_bits in (3, 4)
 
 
@@ -259,8 +258,10 @@ def value_pairs(preset: Preset) -> bool:
 @dataclass(frozen=True)
 class LaunchPlan:
     """What one attention call launches. ``gluon``: the Gluon kernel runs (with Hopper's
-    warpgroup products where ``wgmma``), else the portable one; ``split_programs``: the
-    programs ``BALANCE`` aims to fill; ``options``: launch keywords (``maxnreg``, Intel's ``grf_mode``)."""
+    warpgroup products where ``wgmma``), else the portable one; ``key_table``: the
+    ``Centroids`` argument is ``key_lut``'s register table (else the fp16 codebook, or a
+    placeholder for fp8 keys); ``split_programs``: the programs ``BALANCE`` aims to fill;
+    ``options``: launch keywords (``maxnreg``, Intel's ``grf_mode``)."""
 
     cfg: AttentionConfig
     block_q: int
@@ -268,6 +269,7 @@ class LaunchPlan:
     gluon: bool
     wgmma: bool
     token_rows: bool
+    key_table: bool
     split_programs: int
     constexprs: dict[str, object]
     options: dict[str, Any]
@@ -383,6 +385,8 @@ def plan_attention(
         gluon=gluon,
         wgmma=gluon and not token_rows and bool(cfg.wgmma) and wgmma_applies(rows, facts),
         token_rows=token_rows,
+        # the Gluon kernels look codebook keys up in the register table too
+        key_table=bool(constexprs["KEY_LUT"]) or gluon,
         split_programs=cfg.split_budget * facts.multiprocessors if cfg.split_budget else 0,
         constexprs=constexprs,
         options=options,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..bitpack import half_pairs, load_words, unpack
+from ..bitpack import load_words, unpack
 from ..cache_fields import FP16_BYTES, field_ptr
 from ..codebook_decode import codebook_tile
 from .online_softmax import row_sum, tile_step, value_mid
@@ -89,6 +89,12 @@ def load_tile(
 
 
 @triton.jit
+def _half_pair(x):
+    """The two fp16 halves of the 32-bit words ``x`` (low half first, in a new last axis)."""
+    return tl.join(x.to(tl.uint16), (x >> 16).to(tl.uint16)).to(tl.float16, bitcast=True)
+
+
+@triton.jit
 def value_pairs(w, T: tl.constexpr, D: tl.constexpr):
     """Uniform 4-bit value codes ``[T, D]`` minus 8 as fp16, two per 32-bit operation, in
     ``value_words.value_columns``' column order: nibbles ``J`` and ``J + 4`` of each word
@@ -101,7 +107,7 @@ def value_pairs(w, T: tl.constexpr, D: tl.constexpr):
     # word J of each group of four: join(join(x0, x2), join(x1, x3)) reshapes to x0..x3; then
     # each word's halves, low first: column 8 w + 2 J + h
     x = tl.join(tl.join(x0, x2), tl.join(x1, x3)).reshape(T, D // 2)
-    return half_pairs(x).reshape(T, D) - 1032.0
+    return _half_pair(x).reshape(T, D) - 1032.0
 
 
 @triton.jit
@@ -137,9 +143,9 @@ def attend_tile(
     softmax state ``(m_i, l_i, acc, r_i, f_i)``, which it returns updated, by
     ``online_softmax.tile_step`` (the rule both kernels share). The query is
     ``q16 * q_scale`` (a scalar power of two, a kernel argument). ``KEY_LUT`` (3- and
-    4-bit codebook keys: ``plan.table_keys``): the centroids are read two codes at a time
-    from a pair table (``Centroids`` is then ``codebook_decode.pair_words``' table);
-    otherwise each is gathered from ``Centroids`` (the fp16 codebook). ``VALUE_LUT``: the
+    4-bit codebook keys: ``plan.table_keys``): the centroids are looked up in a register
+    table in Triton integer operations (``Centroids`` is then ``key_lut.lut_words``' table);
+    otherwise they are gathered from ``Centroids`` (the fp16 codebook). ``VALUE_LUT``: the
     same for the 3- and 4-bit table values of calibrated formats and ``VCentroids``.
 
     ``CALIBRATED`` (tq's calibrated formats, docs/format.md): ``first_bias`` ``[M]`` is added

@@ -57,8 +57,8 @@ from ..attention.online_softmax import (
     tile_step_fn,
     value_mid_fn,
 )
+from ..key_lut import magnitude_selectors_fn, selectors_fn
 from ..value_words import value_columns_fn
-from .key_lut import magnitude_selectors_fn, selectors_fn
 from .lut_ptx import LUT16_PAIRS_PTX, LUT_PAIRS_PTX
 from .token_rows_ptx import SYMMETRIC_PAIRS_PTX
 
@@ -161,8 +161,8 @@ def _sel2(w0, w1, w2, G: gl.constexpr, STEP: gl.constexpr):
 def _lut_keys(w0, w1, w2, la, lb, ha, hb):
     """fp16 centroids ``[NB, TPB, C, 2, 2, 2, 2, 2]`` of 3-bit chunks (words ``[NB, TPB, C]``
     each; position order once the last five axes are flattened), and each chunk's float32
-    sum of squared centroids ``[NB, TPB, C]``: a lookup in ``key_lut.lut_words``' register
-    table, four codes per ``prmt`` pair (``lut_ptx.LUT_PAIRS_PTX``: the
+    sum of squared centroids ``[NB, TPB, C]``: ``key_lut.lut_keys``'
+    register-table lookup, four codes per ``prmt`` pair (``lut_ptx.LUT_PAIRS_PTX``: the
     centroids come out as fp16 pairs in 32-bit registers, which the shared-memory store
     takes as they are)."""
     # [..., 2, 2, 2]: group 4 a + 2 b + c at [a, b, c]
@@ -186,9 +186,9 @@ def _lut16_keys(w, la, lb, ha, hb):
     """fp16 centroids ``[NB, TPB, W, 2, 2, 2]`` of 4-bit codes of a symmetric codebook
     (words ``[NB, TPB, W]``, 8 codes each, low nibble first; position order once the last
     four axes are flattened), and each word's float32 sum of squared centroids
-    ``[NB, TPB, W]``: a lookup in ``key_lut.lut_words``' table of the magnitudes (the
-    sign from each code's bit 3), four codes per lookup (``lut_ptx.LUT16_PAIRS_PTX``: the
-    signed centroids come out as fp16 pairs in 32-bit registers)."""
+    ``[NB, TPB, W]``: ``key_lut.lut16_values``' register-table lookup, four codes per
+    lookup (``lut_ptx.LUT16_PAIRS_PTX``: the signed centroids come out as fp16 pairs in
+    32-bit registers)."""
     # [..., 2]: a word's low half (codes 0-3) first; the lookup reads bits 0-15 of its
     # selectors and codes, so the low half needs no mask
     sel = _magnitude_selectors(w)

@@ -1,7 +1,7 @@
 """The inline PTX of the Gluon kernel's register-table lookups (``gluon_kernel``): 3- and
 4-bit codebook keys, and the calibrated formats' 3- and 4-bit values, in the tables of
-``key_lut.lut_words``. The portable kernel reads the same codebooks through a pair table
-(``codebook_decode.pair_words``); a host model of ``prmt`` checks these texts
+``key_lut.lut_words``. The portable kernel looks the same tables up in plain Triton
+operations (``key_lut``); a host model of ``prmt`` checks these texts
 (``tests/test_key_lut.py``).
 
 A byte permute (PTX ``prmt``) picks 4 of the 8 bytes of a word pair by 4 selector nibbles,

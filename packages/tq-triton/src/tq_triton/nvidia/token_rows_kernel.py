@@ -27,10 +27,10 @@ from triton.experimental.gluon import language as gl
 
 from ..attention.bounds import request_bounds_fn
 from ..attention.online_softmax import nonfinite_rows_fn, output_factors_fn, row_lse_fn, saturate_fn
+from ..key_lut import magnitude_selectors_fn
 from ..value_words import nibbles_fn
 from . import token_rows_ptx as ptx
 from .gluon_kernel import _balanced_chunk, _butterflies, load_blocks, register_table
-from .key_lut import magnitude_selectors_fn
 
 _request_bounds = gluon.jit(request_bounds_fn)
 _output_factors = gluon.jit(output_factors_fn)

@@ -61,7 +61,7 @@ def _group_bits(group: int, words: tuple[str, str, str]) -> str:
 
 def _squares(a: str, b: str, sq: str) -> str:
     """The squares of the four fp16 centroids in pairs ``a``, ``b`` added to float32 ``sq``:
-    two terms per fp16 half, each half then converted."""
+    two terms per fp16 half, each half then converted, as ``key_lut``'s lookup sums them."""
     return f"""mul.rn.f16x2 q, {a}, {a};
 fma.rn.f16x2 q, {b}, {b}, q;
 mov.b32 {{q0, q1}}, q;
@@ -73,8 +73,8 @@ add.f32 {sq}, {sq}, f0;"""
 
 def _lookup3(group: int, words: tuple[str, str, str], a: str, b: str, sq: str | None) -> str:
     """The four centroids of group ``group`` as fp16 pairs ``a`` (codes 0, 1) and ``b`` (2, 3),
-    and their squares added to ``sq`` (float32; two terms per fp16 half; ``None``: not
-    summed here). The selector nibbles as
+    and their squares added to ``sq`` (float32; two terms per fp16 half, as ``key_lut``'s
+    lookup sums them; ``None``: not summed here). The selector nibbles as
     ``key_lut.selectors_fn`` makes them; the two ``lop3`` leave other bits behind, which the
     last ``and`` clears (a selector nibble's bit 3 would switch ``prmt`` to sign replication)."""
     return f"""{_group_bits(group, words)}
@@ -238,8 +238,9 @@ QK3_CONSTRAINTS = qk3_constraints()
 def _lookup4(word: str, msel: str, high: bool, a: str, b: str, sq: str | None) -> str:
     """The four signed centroids of 4-bit codes 0-3 (``high``: 4-7) of ``word`` as fp16 pairs
     ``a``, ``b`` and their squares added to ``sq`` (``None``: not summed here):
-    a lookup of the symmetric codebook's magnitudes (``key_lut.lut_words``) by the magnitude
-    selectors ``msel``, the sign from each code's bit 3 (``lut_ptx.SIGN_SELECTORS``)."""
+    ``key_lut.lut16_values``' lookup of the
+    symmetric codebook's magnitudes by the magnitude selectors ``msel``, the sign from each
+    code's bit 3 (``lut_ptx.SIGN_SELECTORS``)."""
     sel_a, sel_b = SIGN_SELECTORS
     if high:
         shift = (f"shr.b32 t, {msel}, 16;", f"shr.b32 x, {word}, 16;")
