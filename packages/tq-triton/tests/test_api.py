@@ -75,6 +75,7 @@ def test_debug_mode_checks_metadata_values(monkeypatch, device):
         ("TQ_VALUE_ACC", "1", "was removed"),
         ("TQ_KEY_LUT", "2", "TQ_KEY_LUT was removed .*register table"),
         ("TQ_TOKEN_ROWS", "1", "TQ_TOKEN_ROWS was removed .*TQ_GLUON=2"),
+        ("TQ_SELECTOR_PAIRS", "1", "TQ_SELECTOR_PAIRS was removed .*one 4-code group"),
         ("TQ_GLUON", "3", "in \\["),
         ("TQ_WGMMA", "2", "in \\["),
         ("TQ_MIN_ROWS", "48", "power of two"),
@@ -170,7 +171,8 @@ def test_portable_entries_follow_each_attention_entry_of_their_key(user_tables, 
 
 
 @pytest.mark.parametrize(
-    ("section", "field"), [("attention", "token_rows"), ("attention", "key_lut"), ("store", "lean")]
+    ("section", "field"),
+    [("attention", "token_rows"), ("attention", "key_lut"), ("attention", "selector_pairs"), ("store", "lean")],
 )
 def test_a_table_entry_with_a_removed_field_is_an_error_naming_the_table(user_tables, section, field):
     entry = f'{{"*": {{"{field}": 1}}}}' if section == "store" else f'{{"default": {{"*": {{"{field}": 1}}}}}}'
@@ -260,7 +262,7 @@ def test_sweep_grid_varies_waves_only_where_they_choose_the_splits():
     knobs = attention_grid([32], [1], [(1, 1)], [32], [0], [16], gluon=[0, 1, 2], wgmma=[0, 1])
     assert {(c.gluon, c.wgmma) for c in knobs} == {(k, v) for k in (0, 1, 2) for v in (0, 1)}
     assert {c.gluon for c in grid} == {tuning.AttentionConfig.gluon}
-    for removed in ("value_acc", "key_lut", "token_rows"):
+    for removed in ("value_acc", "key_lut", "token_rows", "selector_pairs"):
         with pytest.raises(TypeError, match=removed):
             attention_grid([32], [1], [(1, 1)], [32], [0], [16], **{removed: [0]})
     budgets = attention_grid([32], [1], [(1, 1)], [32], [0], [16], split_budget=[0, 4])

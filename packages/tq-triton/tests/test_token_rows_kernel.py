@@ -39,9 +39,9 @@ CALIBRATED_PRESETS = [n for n in PRESETS if tq_core.get_preset(n).calibrated]
 needs_gpu = pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run only on an NVIDIA GPU")
 needs_gluon = pytest.mark.skipif(not plan.gluon_available(), reason="this Triton has no Gluon")
 
-# (preset, group, block_kv, splits[, balance[, columns[, norm_mma[, selector_pairs[, int_values]]]]]):
-# each key kind, tile size, split kind, column count, the key norms on the matrix unit, 3-bit
-# keys' selectors two groups at a time, and tq_k4v4's values from their codes' bits
+# (preset, group, block_kv, splits[, balance[, columns[, norm_mma[, int_values]]]]): each key
+# kind, tile size, split kind, column count, the key norms on the matrix unit, and tq_k4v4's
+# values from their codes' bits
 COMPILED = [
     ("turboquant_k3v4_nc", 4, 32, 16),
     ("turboquant_k3v4_nc", 3, 16, 1),
@@ -60,14 +60,12 @@ COMPILED = [
     ("turboquant_k3v4_nc", 4, 64, 16, 0, 8, 1),
     ("turboquant_4bit_nc", 4, 32, 1, 1, 16, 1),
     ("turboquant_3bit_nc", 2, 16, 16, 0, 8, 1),
-    ("turboquant_k3v4_nc", 4, 64, 16, 0, 8, 1, 1),
-    ("turboquant_3bit_nc", 4, 32, 1, 1, 16, 0, 1),
     ("tq_k4v4", 4, 32, 16),
     ("tq_k4v3", 4, 16, 1, 1),
     ("tq_k4v4", 4, 32, 16, 0, 16),
     ("tq_k4v3", 8, 32, 16, 0, 16),
-    ("tq_k4v4", 4, 32, 16, 0, 8, 0, 0, 1),
-    ("tq_k4v4", 8, 16, 1, 1, 16, 0, 0, 1),
+    ("tq_k4v4", 4, 32, 16, 0, 8, 0, 1),
+    ("tq_k4v4", 8, 16, 1, 1, 16, 0, 1),
 ]
 
 
@@ -103,7 +101,6 @@ def _plan(
     gluon=2,
     longest=1,
     norm_mma=0,
-    selector_pairs=0,
     int_values=0,
 ):
     p = tq_core.get_preset(preset)
@@ -113,7 +110,6 @@ def _plan(
         block_kv=block_kv,
         kv_splits=4,
         norm_mma=norm_mma,
-        selector_pairs=selector_pairs,
         int_values=int_values,
     )
     return plan.plan_attention(H100, p, fields, 2 * group, 2, 3, longest, block_size, config=cfg)
@@ -148,9 +144,6 @@ def test_the_plan_picks_it_only_where_it_applies():
     assert _plan(norm_mma=1).constexprs["NORM_MMA"] is True
     assert _plan(norm_mma=0).constexprs["NORM_MMA"] is False
     assert "NORM_MMA" not in _plan(gluon=1, norm_mma=1).constexprs
-    assert _plan(selector_pairs=1).constexprs["SELECTOR_PAIRS"] is True
-    assert _plan(selector_pairs=0).constexprs["SELECTOR_PAIRS"] is False
-    assert "SELECTOR_PAIRS" not in _plan(gluon=1, selector_pairs=1).constexprs
     # int_values is set for symmetric values only (tq_k4v4), for this kernel and the portable one
     assert _plan(preset="tq_k4v4", int_values=1).constexprs["INT_VALUES"] is True
     assert _plan(preset="tq_k4v4", int_values=0).constexprs["INT_VALUES"] is False
@@ -245,21 +238,6 @@ def test_norms_on_the_matrix_unit(preset, group, q_lens, columns, gen, device, t
     """``norm_mma`` 1: codebook keys' sums of squared centroids on the matrix unit."""
     _cuda_only(device)
     monkeypatch.setenv("TQ_NORM_MMA", "1")
-    b = make_batch(gen, preset, [1, 300, 2049, 77], q_lens, head_dim=128, num_kv_heads=2, group=group, device=device)
-    assert_close(*run_triton(b, splits=7, max_query_len=columns // plan.next_pow2(group)))
-    assert token_rows_launches
-
-
-@needs_gpu
-@needs_gluon
-@pytest.mark.parametrize("preset", [p for p in PRESETS if tq_core.get_preset(p).key_bits == 3])
-@pytest.mark.parametrize("norm_mma", ["0", "1"])
-@pytest.mark.parametrize(("group", "q_lens", "columns"), [(4, [1, 1, 1, 1], 8), (4, [1, 2, 5, 3], 16)])
-def test_selector_pairs(preset, norm_mma, group, q_lens, columns, gen, device, token_rows_launches, monkeypatch):
-    """``selector_pairs`` 1: 3-bit keys' selector nibbles built two groups at a time."""
-    _cuda_only(device)
-    monkeypatch.setenv("TQ_SELECTOR_PAIRS", "1")
-    monkeypatch.setenv("TQ_NORM_MMA", norm_mma)
     b = make_batch(gen, preset, [1, 300, 2049, 77], q_lens, head_dim=128, num_kv_heads=2, group=group, device=device)
     assert_close(*run_triton(b, splits=7, max_query_len=columns // plan.next_pow2(group)))
     assert token_rows_launches

@@ -203,11 +203,10 @@ def _queries(gen: np.random.Generator, nct: int = 1) -> np.ndarray:
     return gen.standard_normal((8 * nct, 128)).astype(np.float16)
 
 
-@pytest.mark.parametrize("paired", [False, True], ids=["groups", "paired"])
 @pytest.mark.parametrize("mma_norms", [False, True])
 @pytest.mark.parametrize("nct", [1, 2])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_3_bit_key_scores_and_norms(seed, nct, mma_norms, paired):
+def test_3_bit_key_scores_and_norms(seed, nct, mma_norms):
     gen = np.random.default_rng(seed)
     cent = codebook(tq_core.get_preset("turboquant_k3v4_nc"), 128, torch.device("cpu"))[2]
     lut = [v & MASK for v in lut_words(cent).tolist()]
@@ -223,7 +222,7 @@ def test_3_bit_key_scores_and_norms(seed, nct, mma_norms, paired):
     def lane_words(g: int, c: int) -> list[int]:
         return chunk_words(g, c) + chunk_words(g + 8, c)
 
-    halves = [(ptx.qk3_ptx(h, nct, mma_norms, paired), lambda w: w) for h in (0, 1)]
+    halves = [(ptx.qk3_ptx(h, nct, mma_norms), lambda w: w) for h in (0, 1)]
     s, sq = _scores(halves, lane_words, lut, q16, nct, mma_norms)
     k = cent.float().numpy()[codes].astype(np.float64)
     want = k @ q16.astype(np.float64).T

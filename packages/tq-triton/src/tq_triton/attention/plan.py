@@ -374,7 +374,6 @@ def plan_attention(
     if token_rows:
         # the token-rows kernel's own compile-time argument (the other kernels have none)
         constexprs["NORM_MMA"] = bool(cfg.norm_mma)
-        constexprs["SELECTOR_PAIRS"] = bool(cfg.selector_pairs)
     options = launch_options_for(facts.name, facts.type)
     if cfg.max_registers and facts.nvidia:
         options["maxnreg"] = cfg.max_registers

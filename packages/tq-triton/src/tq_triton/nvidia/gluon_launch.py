@@ -92,12 +92,11 @@ def compile_token_rows(
     balance: bool = False,
     columns: int = 8,
     norm_mma: bool = False,
-    selector_pairs: bool = False,
     int_values: bool = False,
 ) -> Any:
     """The token-rows kernel compiled without a GPU for an NVIDIA target ``sm``, as the
     launcher specialises it (head_dim 128, 2 kv heads, 16-token blocks, ``columns`` query
-    columns: 8 or 16; ``norm_mma``, ``selector_pairs``, ``int_values``: the ``AttentionConfig``
+    columns: 8 or 16; ``norm_mma``, ``int_values``: the ``AttentionConfig``
     knobs), as :func:`compile_gluon` compiles the Gluon kernel."""
     from .token_rows_kernel import token_rows_attention_kernel
 
@@ -116,7 +115,6 @@ def compile_token_rows(
         BALANCE=balance,
         SKIP_EMPTY=False,
         NORM_MMA=norm_mma,
-        SELECTOR_PAIRS=selector_pairs,
         INT_VALUES=int_values,
         CALIBRATED=p.calibrated,
     )

@@ -59,15 +59,6 @@ _QK3_LO_N = gl.constexpr(ptx.qk3_ptx(0, 1, True))
 _QK3_HI_N = gl.constexpr(ptx.qk3_ptx(1, 1, True))
 _QK3_LO2_N = gl.constexpr(ptx.qk3_ptx(0, 2, True))
 _QK3_HI2_N = gl.constexpr(ptx.qk3_ptx(1, 2, True))
-# the 3-bit keys' selectors two groups at a time (SELECTOR_PAIRS), with and without NORM_MMA
-_QK3_LO_P = gl.constexpr(ptx.qk3_ptx(0, 1, False, True))
-_QK3_HI_P = gl.constexpr(ptx.qk3_ptx(1, 1, False, True))
-_QK3_LO2_P = gl.constexpr(ptx.qk3_ptx(0, 2, False, True))
-_QK3_HI2_P = gl.constexpr(ptx.qk3_ptx(1, 2, False, True))
-_QK3_LO_NP = gl.constexpr(ptx.qk3_ptx(0, 1, True, True))
-_QK3_HI_NP = gl.constexpr(ptx.qk3_ptx(1, 1, True, True))
-_QK3_LO2_NP = gl.constexpr(ptx.qk3_ptx(0, 2, True, True))
-_QK3_HI2_NP = gl.constexpr(ptx.qk3_ptx(1, 2, True, True))
 _QK4_N = gl.constexpr(ptx.qk4_ptx(1, True))
 _QK4_2N = gl.constexpr(ptx.qk4_ptx(2, True))
 _QK4_2C = gl.constexpr(ptx.qk4_constraints(2))
@@ -740,7 +731,6 @@ def token_rows_attention_kernel(
     SKIP_EMPTY: gl.constexpr = False,
     NORM_MMA: gl.constexpr = False,
     CALIBRATED: gl.constexpr = False,
-    SELECTOR_PAIRS: gl.constexpr = False,
     INT_VALUES: gl.constexpr = False,
 ):
     """One warp; ``BLOCK_Q * G_PAD`` is 8 or 16 (the product's columns: one or two column
@@ -753,8 +743,7 @@ def token_rows_attention_kernel(
     ``VCentroids``, the value codebook's register table; the calibration pointers as the Gluon
     kernel takes them). ``NORM_MMA``: codebook keys' sums of squared centroids by a product
     of the squared key operands with ones on the matrix unit (``AttentionConfig.norm_mma``),
-    where the lanes otherwise sum them. ``SELECTOR_PAIRS``: 3-bit keys' selector nibbles built
-    two groups at a time (``AttentionConfig.selector_pairs``). ``INT_VALUES``: tq_k4v4's
+    where the lanes otherwise sum them. ``INT_VALUES``: tq_k4v4's
     symmetric values from their codes' bits, ``(code - 7.5) / 8`` (``token_rows_ptx.pv4_ptx``'s
     symmetric step, the 1/8 in the value scales), instead of the register table
     (``AttentionConfig.int_values``). The other constexprs are
@@ -764,20 +753,11 @@ def token_rows_attention_kernel(
     gl.static_assert(BLOCK_Q * G_PAD == 8 or BLOCK_Q * G_PAD == 16, "8 or 16 query columns")
     gl.static_assert(not INT_VALUES or (CALIBRATED and VBITS == 4), "int values: tq_k4v4's symmetric values")
     NCT: gl.constexpr = BLOCK_Q * G_PAD // 8
-    # the 3-bit keys' score steps for NORM_MMA and SELECTOR_PAIRS (the chunk's two halves; 2: with
-    # two column tiles)
-    QK3_LO: gl.constexpr = (
-        (_QK3_LO_NP if SELECTOR_PAIRS else _QK3_LO_N) if NORM_MMA else (_QK3_LO_P if SELECTOR_PAIRS else _QK3_LO)
-    )
-    QK3_HI: gl.constexpr = (
-        (_QK3_HI_NP if SELECTOR_PAIRS else _QK3_HI_N) if NORM_MMA else (_QK3_HI_P if SELECTOR_PAIRS else _QK3_HI)
-    )
-    QK3_LO2: gl.constexpr = (
-        (_QK3_LO2_NP if SELECTOR_PAIRS else _QK3_LO2_N) if NORM_MMA else (_QK3_LO2_P if SELECTOR_PAIRS else _QK3_LO2)
-    )
-    QK3_HI2: gl.constexpr = (
-        (_QK3_HI2_NP if SELECTOR_PAIRS else _QK3_HI2_N) if NORM_MMA else (_QK3_HI2_P if SELECTOR_PAIRS else _QK3_HI2)
-    )
+    # the 3-bit keys' score steps for NORM_MMA (the chunk's two halves; 2: with two column tiles)
+    QK3_LO: gl.constexpr = _QK3_LO_N if NORM_MMA else _QK3_LO
+    QK3_HI: gl.constexpr = _QK3_HI_N if NORM_MMA else _QK3_HI
+    QK3_LO2: gl.constexpr = _QK3_LO2_N if NORM_MMA else _QK3_LO2
+    QK3_HI2: gl.constexpr = _QK3_HI2_N if NORM_MMA else _QK3_HI2
     # the 4-bit value step: uniform values, or tq_k4v4's symmetric ones (INT_VALUES)
     PV4_STEP: gl.constexpr = (_PV4S if NCT == 1 else _PV4S_2) if INT_VALUES else (_PV4 if NCT == 1 else _PV4_2)
     MT: gl.constexpr = BLOCK_KV // 16

@@ -95,41 +95,6 @@ prmt.b32 {a}, l, h, 0x5140;
 prmt.b32 {b}, l, h, 0x7362;""" + (f"\n{_squares(a, b, sq)}" if sq else "")
 
 
-def _pair_bits(pair: int, words: tuple[str, str, str]) -> str:
-    """PTX that leaves the 24 stream bits of 3-bit codes ``8 pair .. + 7`` (groups ``2 pair``
-    and ``2 pair + 1``) in the low bits of ``x``."""
-    w0, w1, w2 = words
-    return {
-        0: f"mov.b32 x, {w0};",
-        1: f"shf.r.wrap.b32 x, {w0}, {w1}, 24;",
-        2: f"shf.r.wrap.b32 x, {w1}, {w2}, 16;",
-        3: f"shr.b32 x, {w2}, 8;",
-    }[pair]
-
-
-def _pair_selectors(pair: int, words: tuple[str, str, str], out: str) -> str:
-    """The selector nibbles of groups ``2 pair`` (low half) and ``2 pair + 1`` (high half) in
-    ``out``: ``value_words.nibbles_fn``'s map (24 bits to 12-bit halves, code pairs to bytes,
-    codes to nibbles), each step a shift and a select instead of two masks; the bits the
-    selects leave behind end in the nibbles' bit 3, which the last ``and`` clears. Two groups
-    at once: 9 instructions per 8 codes with the high half's shift in
-    :func:`_lookup3_paired`, where :func:`_lookup3` takes 12."""
-    return f"""{_pair_bits(pair, words)}
-shl.b32 y, x, 4;
-lop3.b32 t, x, y, 0x0000FFFF, 0xE4;
-shl.b32 y, t, 2;
-lop3.b32 t, t, y, 0x00FF00FF, 0xE4;
-shl.b32 y, t, 1;
-lop3.b32 {out}, t, y, 0x0F0F0F0F, 0xE4;
-and.b32 {out}, {out}, 0x77777777;"""
-
-
-def _lookup3_paired(sel: str, high: bool, a: str, b: str, sq: str | None) -> str:
-    """:func:`_lookup3` from :func:`_pair_selectors`' ``sel`` (``high``: its second group)."""
-    pick = f"shr.b32 t, {sel}, 16;" if high else f"mov.b32 t, {sel};"
-    return f"{pick}\n{_table_lookup(a, b, sq)}"
-
-
 # the matrix unit's sums of squares (``mma_norms``): squared A registers times a B of ones,
 # so that every column of the product holds each key row's sum over the step's 16 positions
 _NORM_REGS = ".reg .b32 one, p0, p1, p2, p3;\n.reg .f32 n0, n1, n2, n3;"
@@ -193,7 +158,7 @@ def _mmas(a: str, b_first: int, nct: int) -> list[str]:
     ]
 
 
-def qk3_ptx(half: int, nct: int = 1, mma_norms: bool = False, paired: bool = False) -> str:
+def qk3_ptx(half: int, nct: int = 1, mma_norms: bool = False) -> str:
     """Four steps (``4 half .. 4 half + 3``) of ``S^T`` for 3-bit codebook keys into ``nct``
     column tiles of 8 queries. With ``n = 4 nct`` and ``o = n + 2``: outputs ``$0..$(n-1)`` the
     ``C`` fragments (four per column tile), ``$n``, ``$(n+1)`` the sums of squared centroids of
@@ -202,27 +167,19 @@ def qk3_ptx(half: int, nct: int = 1, mma_norms: bool = False, paired: bool = Fal
     (``key_lut.lut_words``), then eight ``B`` registers per column tile (the query's, of the
     four steps), the ``C`` fragments so far and the two sums so far. ``mma_norms``: the sums
     come from the matrix unit (:func:`_qk_block`) and are each key row's whole sum, the same
-    in its four lanes; else each lane's sum over its chunk. ``paired``: the selectors of two
-    groups built at once (:func:`_pair_selectors`; ``AttentionConfig.selector_pairs``)."""
+    in its four lanes; else each lane's sum over its chunk."""
     n = 4 * nct
     o = n + 2
     w = (f"${o}", f"${o + 1}", f"${o + 2}"), (f"${o + 3}", f"${o + 4}", f"${o + 5}")
     sums = (None, None) if mma_norms else ("sg", "sk")
     body = []
     for s in range(4 * half, 4 * half + 4):
-        if not paired:
-            body.append(_lookup3(s, w[0], "ag", "bg", sums[0]))
-            body.append(_lookup3(s, w[1], "ak", "bk", sums[1]))
-        else:
-            if s % 2 == 0:
-                body.append(_pair_selectors(s // 2, w[0], "pg"))
-                body.append(_pair_selectors(s // 2, w[1], "pk"))
-            body.append(_lookup3_paired("pg", s % 2 == 1, "ag", "bg", sums[0]))
-            body.append(_lookup3_paired("pk", s % 2 == 1, "ak", "bk", sums[1]))
+        body.append(_lookup3(s, w[0], "ag", "bg", sums[0]))
+        body.append(_lookup3(s, w[1], "ak", "bk", sums[1]))
         body += _mmas("ag, ak, bg, bk", o + 10 + 2 * (s - 4 * half), nct)
         if mma_norms:
             body.append(_NORM_STEP)
-    regs = ".reg .b32 x, y, t, l, h, q, ag, bg, ak, bk" + (", pg, pk;" if paired else ";")
+    regs = ".reg .b32 x, y, t, l, h, q, ag, bg, ak, bk;"
     text = _qk_block(body, regs, o + 10 + 8 * nct, nct, mma_norms)
     return _numbered(text, {"LA": o + 6, "LB": o + 7, "HA": o + 8, "HB": o + 9})
 
