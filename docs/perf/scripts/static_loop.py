@@ -33,7 +33,6 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 import tq_core
-from tq_triton.attention import plan
 from tq_triton.attention.plan import kernel_constexprs
 from tq_triton.tuning import AttentionConfig
 
@@ -43,8 +42,6 @@ KERNEL = importlib.import_module("tq_triton.attention.kernel")
 # package (the Gluon kernel), then tq_triton
 TQ_TRITON = Path(KERNEL.__file__).parent.parent
 SOURCE_DIRS = (TQ_TRITON / "attention", TQ_TRITON / "nvidia", TQ_TRITON)
-# the calibrated formats' per-head float32 vectors (unread by the other formats)
-CALIBRATION_ARGS = ("KeyGain", "KeyOffset", "KeyFirstOffset", "ValueGain", "ValueOffset", "ValueFirstOffset")
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 INSTR = re.compile(r"\s*/\*([0-9a-f]{4,6})\*/\s+(.*?);")
 LABEL = re.compile(r"\s*(\.L_x_\d+):")
@@ -57,9 +54,6 @@ def compile_kernel(args: argparse.Namespace):
     # the constexprs as the launcher passes them on an NVIDIA GPU (attention/plan.py); 3- and
     # 4-bit codebook keys are looked up in a register table (KEY_LUT: plan.table_keys)
     cfg = AttentionConfig(block_kv=args.block_kv, num_stages=args.stages, prefetch=args.prefetch)
-    if args.gather:
-        # every codebook gathered one code at a time: the plan's tables switched off
-        plan.table_keys = plan.table_values = lambda preset: False
     consts = kernel_constexprs(
         p,
         p.kernel_fields(lay).constexprs(),
@@ -70,8 +64,14 @@ def compile_kernel(args: argparse.Namespace):
         args.block_q,
         saturate_query=False,
     )
+    if args.gather:
+        # every codebook gathered one code at a time instead of through the plan's tables
+        consts["KEY_LUT"] = consts["VALUE_LUT"] = False
     table = consts["KEY_LUT"]
-    calibration = {name: "*fp32" for name in CALIBRATION_ARGS}
+    params = list(inspect.signature(KERNEL.attention_kernel.fn).parameters)
+    # the calibrated formats' float32 vectors: the pointers between split_programs and the
+    # value codebook (the launcher passes LayerCalibration.kernel_vectors() there)
+    calibration = {name: "*fp32" for name in params[params.index("split_programs") + 1 : params.index("VCentroids")]}
     types = {
         "Q": "*bf16",
         "Cache": "*u8",
@@ -87,7 +87,6 @@ def compile_kernel(args: argparse.Namespace):
         **calibration,
         "VCentroids": "*i32" if consts["VALUE_LUT"] else "*fp16",
     }
-    params = list(inspect.signature(KERNEL.attention_kernel.fn).parameters)
     sig, cx, attrs = {}, {}, {}
     for i, name in enumerate(params):
         if name in consts:

@@ -177,7 +177,7 @@ REMOVED_ENV = {
     "TQ_TOKEN_ROWS": "TQ_GLUON=2 asks for the token-rows kernel",
     "TQ_SELECTOR_PAIRS": (
         "the token-rows kernel builds 3-bit keys' selectors one 4-code group at a time: no table set the "
-        "pairwise build, never timed alone on the H200 (the code is in commit 066175d)"
+        "pairwise build, which was never timed alone on the H200"
     ),
 }
 # table fields of knobs that no longer exist: an entry that sets one is an error, so that a
