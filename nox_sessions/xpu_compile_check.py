@@ -198,8 +198,9 @@ def attention_cfg(preset: str, query_len: int, rows: int = 0, head_dim: int = 0)
 def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
     """Every launch to compile. ``knobs``: also each attention launch with the knobs on that
     the xpu path does not use by default (``BALANCE``, ``split_budget``'s split sizes, and
-    ``SKIP_EMPTY``, ``skip_empty``, where the launch has kv splits; tq_k4v4's symmetric values
-    from their bits, ``INT_VALUES``), and the merge kernel with ``SKIP_EMPTY``. 3- and 4-bit
+    ``SKIP_EMPTY``, ``skip_empty``, where the launch has kv splits), and the merge kernel with
+    ``SKIP_EMPTY``. tq_k4v4's symmetric values are decoded from their bits (``INT_VALUES``) in
+    every launch. 3- and 4-bit
     codebook keys and calibrated values are looked up in the register tables of ``key_lut``
     (``KEY_LUT``, ``VALUE_LUT`` as the plan sets them), whose pointers are then int32."""
     import tq_core
@@ -264,8 +265,6 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
                         if knobs:
                             kcx = dict(cx, BALANCE=splits > 1, SKIP_EMPTY=splits > 1)
                             variants.append((" knobs", kcx, types))
-                            if p.value_kind == "symmetric":
-                                variants.append((" int_values", dict(cx, INT_VALUES=True), types))
                         for suffix, vcx, vtypes in variants:
                             yield Job.of(
                                 "attention",
@@ -471,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
         (
             "--knobs",
             "also compile each attention launch with the knobs on that xpu does not use by default (split_budget "
-            "and skip_empty where there are kv splits, with their merge kernel; int_values for tq_k4v4)",
+            "and skip_empty where there are kv splits, with their merge kernel)",
         ),
         ("--list", "print the compiles it would run, compile none"),
     )

@@ -76,6 +76,7 @@ def test_debug_mode_checks_metadata_values(monkeypatch, device):
         ("TQ_KEY_LUT", "2", "TQ_KEY_LUT was removed .*register table"),
         ("TQ_TOKEN_ROWS", "1", "TQ_TOKEN_ROWS was removed .*TQ_GLUON=2"),
         ("TQ_SELECTOR_PAIRS", "1", "TQ_SELECTOR_PAIRS was removed .*one 4-code group"),
+        ("TQ_INT_VALUES", "1", "TQ_INT_VALUES was removed .*codes' bits"),
         ("TQ_GLUON", "3", "in \\["),
         ("TQ_WGMMA", "2", "in \\["),
         ("TQ_MIN_ROWS", "48", "power of two"),
@@ -172,7 +173,13 @@ def test_portable_entries_follow_each_attention_entry_of_their_key(user_tables, 
 
 @pytest.mark.parametrize(
     ("section", "field"),
-    [("attention", "token_rows"), ("attention", "key_lut"), ("attention", "selector_pairs"), ("store", "lean")],
+    [
+        ("attention", "token_rows"),
+        ("attention", "key_lut"),
+        ("attention", "selector_pairs"),
+        ("attention", "int_values"),
+        ("store", "lean"),
+    ],
 )
 def test_a_table_entry_with_a_removed_field_is_an_error_naming_the_table(user_tables, section, field):
     entry = f'{{"*": {{"{field}": 1}}}}' if section == "store" else f'{{"default": {{"*": {{"{field}": 1}}}}}}'

@@ -63,11 +63,10 @@ def test_attention_matches_reference(preset, head_dim, group, gen, device):
 
 
 @pytest.mark.parametrize(("head_dim", "group", "splits"), [(64, 2, 1), (128, 4, 7), (256, 1, 3)])
-def test_int_values_match_reference(head_dim, group, splits, gen, device, monkeypatch):
-    """``int_values`` 1 (``TQ_INT_VALUES``): the portable kernel decodes tq_k4v4's symmetric
-    values from their codes' bits instead of the value table, with the same results."""
+def test_symmetric_values_match_reference(head_dim, group, splits, gen, device, monkeypatch):
+    """The portable kernel decodes tq_k4v4's symmetric values from their codes' bits
+    (``INT_VALUES``; tq-core looks them up in the value table), with the same results."""
     monkeypatch.setenv("TQ_GLUON", "0")
-    monkeypatch.setenv("TQ_INT_VALUES", "1")
     b = make_batch(
         gen, "tq_k4v4", [1, 17, 70, 129], [1, 1, 8, 5], head_dim=head_dim, num_kv_heads=2, group=group, device=device
     )
@@ -184,11 +183,10 @@ def test_hostile_metadata_stays_inside_the_tensors(splits, gen, device):
 
 
 @pytest.mark.parametrize("splits", [1, 3])
-def test_int_values_hostile_metadata_stays_inside_the_tensors(splits, gen, device, monkeypatch):
-    """The same hostile batch through the portable kernel with ``int_values`` (tq_k4v4's
-    symmetric values from their bits)."""
+def test_symmetric_values_hostile_metadata_stays_inside_the_tensors(splits, gen, device, monkeypatch):
+    """The same hostile batch through the portable kernel with tq_k4v4 (symmetric values
+    from their codes' bits)."""
     monkeypatch.setenv("TQ_GLUON", "0")
-    monkeypatch.setenv("TQ_INT_VALUES", "1")
     check_calibrated_hostile_batch(gen, "tq_k4v4", 64, 2, splits, device)
 
 

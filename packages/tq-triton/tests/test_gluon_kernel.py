@@ -78,7 +78,8 @@ COMPILED = [
     ("turboquant_3bit_nc", 8, 8, 64, 128, 16, 0, 1),
     ("turboquant_3bit_nc", 1, 64, 32, 256, 1, 0, 1),
     ("turboquant_3bit_nc", 4, 8, 64, 128, 16, 1, 0, 1),
-    # calibrated formats: 4-bit keys, 3-bit (tq_k4v3) and 4-bit (tq_k4v4) Lloyd-Max values
+    # calibrated formats: 4-bit keys, 3-bit Lloyd-Max values (tq_k4v3) and tq_k4v4's 4-bit
+    # symmetric ones (decoded from their codes' bits)
     ("tq_k4v3", 4, 4, 32, 128, 1),
     ("tq_k4v3", 8, 8, 16, 64, 16),
     ("tq_k4v3", 1, 16, 32, 256, 1),
@@ -88,9 +89,6 @@ COMPILED = [
     ("tq_k4v4", 1, 16, 32, 256, 1),
     ("tq_k4v4", 4, 16, 32, 64, 1, 1, 1),
     ("tq_k4v4", 1, 64, 32, 256, 1, 0, 1),
-    # tq_k4v4's symmetric values from their bits (int_values)
-    ("tq_k4v4", 4, 8, 64, 128, 16, 0, 0, 0, 1),
-    ("tq_k4v4", 1, 64, 32, 256, 1, 0, 1, 0, 1),
 ]
 
 
@@ -102,7 +100,7 @@ def _compiled_cover() -> list[tuple]:
         return COMPILED
 
     def values(c: tuple) -> set:
-        flags = (*c[6:], 0, 0, 0, 0)[:4]
+        flags = (*c[6:], 0, 0, 0)[:3]
         return {("preset", c[0]), ("d", c[4]), ("rows", c[1] * c[2]), ("splits", c[5] > 1), ("form", flags)}
 
     return [COMPILED[i] for i in sorted(cover([values(c) for c in COMPILED]))]
@@ -129,10 +127,10 @@ def test_compiles_for_sm90():
             # words are read once, before the loops (no centroid gathered inside them)
             assert found["prmt"], config
             assert found["loops"] and found["table_loads"] == 4 and not found["table_loads_in_loops"], config
-        # a calibrated format's value table: four words, none with int_values (decoded from bits)
-        int_values = len(config) > 9 and config[9]
-        calibrated = tq_core.get_preset(config[0]).calibrated
-        assert found["value_table_loads"] == (4 if calibrated and not int_values else 0), config
+        # a calibrated format's value table: four words, none for tq_k4v4's symmetric values
+        # (decoded from their codes' bits)
+        vp = tq_core.get_preset(config[0])
+        assert found["value_table_loads"] == (4 if vp.calibrated and vp.value_kind != "symmetric" else 0), config
         assert found["v4_shared_stores"], config  # the decoded tiles reach shared memory 16 bytes at a time
         assert found["global_loads"] and found["global_stores"], config
 

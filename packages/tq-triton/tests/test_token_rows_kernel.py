@@ -39,9 +39,8 @@ CALIBRATED_PRESETS = [n for n in PRESETS if tq_core.get_preset(n).calibrated]
 needs_gpu = pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run only on an NVIDIA GPU")
 needs_gluon = pytest.mark.skipif(not plan.gluon_available(), reason="this Triton has no Gluon")
 
-# (preset, group, block_kv, splits[, balance[, columns[, norm_mma[, int_values]]]]): each key
-# kind, tile size, split kind, column count, the key norms on the matrix unit, and tq_k4v4's
-# values from their codes' bits
+# (preset, group, block_kv, splits[, balance[, columns[, norm_mma]]]): each key kind, tile
+# size, split kind, column count and the key norms on the matrix unit
 COMPILED = [
     ("turboquant_k3v4_nc", 4, 32, 16),
     ("turboquant_k3v4_nc", 3, 16, 1),
@@ -64,8 +63,7 @@ COMPILED = [
     ("tq_k4v3", 4, 16, 1, 1),
     ("tq_k4v4", 4, 32, 16, 0, 16),
     ("tq_k4v3", 8, 32, 16, 0, 16),
-    ("tq_k4v4", 4, 32, 16, 0, 8, 0, 1),
-    ("tq_k4v4", 8, 16, 1, 1, 16, 0, 1),
+    ("tq_k4v4", 8, 16, 1, 1, 16),
 ]
 
 
@@ -101,7 +99,6 @@ def _plan(
     gluon=2,
     longest=1,
     norm_mma=0,
-    int_values=0,
 ):
     p = tq_core.get_preset(preset)
     fields = p.kernel_fields(p.block_layout(head_dim, block_size, 2)).constexprs()
@@ -110,7 +107,6 @@ def _plan(
         block_kv=block_kv,
         kv_splits=4,
         norm_mma=norm_mma,
-        int_values=int_values,
     )
     return plan.plan_attention(H100, p, fields, 2 * group, 2, 3, longest, block_size, config=cfg)
 
@@ -144,12 +140,12 @@ def test_the_plan_picks_it_only_where_it_applies():
     assert _plan(norm_mma=1).constexprs["NORM_MMA"] is True
     assert _plan(norm_mma=0).constexprs["NORM_MMA"] is False
     assert "NORM_MMA" not in _plan(gluon=1, norm_mma=1).constexprs
-    # int_values is set for symmetric values only (tq_k4v4), for this kernel and the portable one
-    assert _plan(preset="tq_k4v4", int_values=1).constexprs["INT_VALUES"] is True
-    assert _plan(preset="tq_k4v4", int_values=0).constexprs["INT_VALUES"] is False
-    assert _plan(preset="tq_k4v3", int_values=1).constexprs["INT_VALUES"] is False
-    assert _plan(int_values=1).constexprs["INT_VALUES"] is False
-    assert _plan(preset="tq_k4v4", gluon=1, int_values=1).constexprs["INT_VALUES"] is True
+    # symmetric values (tq_k4v4) are decoded from their codes' bits by every kernel
+    assert _plan(preset="tq_k4v4").constexprs["INT_VALUES"] is True
+    assert _plan(preset="tq_k4v3").constexprs["INT_VALUES"] is False
+    assert _plan().constexprs["INT_VALUES"] is False
+    assert _plan(preset="tq_k4v4", gluon=1).constexprs["INT_VALUES"] is True
+    assert _plan(preset="tq_k4v4", gluon=0).constexprs["INT_VALUES"] is True
     # gluon 2 where the token-rows kernel refuses: the Gluon kernel where it applies, else the
     # portable one (what gluon 1 runs)
     refusals = {
@@ -249,10 +245,9 @@ def test_norms_on_the_matrix_unit(preset, group, q_lens, columns, gen, device, t
     ("group", "q_lens", "columns"), [(4, [1, 1, 1, 1], 8), (4, [1, 2, 5, 3], 16), (1, [1, 16, 3, 1], 8)]
 )
 @pytest.mark.parametrize("splits", [1, 7])
-def test_int_values(group, q_lens, columns, splits, gen, device, token_rows_launches, monkeypatch):
-    """``int_values`` 1: tq_k4v4's symmetric values decoded from their codes' bits."""
+def test_symmetric_values(group, q_lens, columns, splits, gen, device, token_rows_launches):
+    """tq_k4v4's symmetric values decoded from their codes' bits, at 8 and 16 query columns."""
     _cuda_only(device)
-    monkeypatch.setenv("TQ_INT_VALUES", "1")
     b = make_batch(gen, "tq_k4v4", [1, 300, 2049, 77], q_lens, head_dim=128, num_kv_heads=2, group=group, device=device)
     assert_close(*run_triton(b, splits=splits, max_query_len=columns // plan.next_pow2(group)))
     assert token_rows_launches

@@ -78,7 +78,7 @@ if __name__ == "__main__":
     for arg in sys.argv[1:]:
         preset, *rest = arg.split(",")
         group, block_q, block_kv, head_dim, splits, *extra = (int(x) for x in rest)
-        balance, wgmma, skip, int_values = (bool(x) for x in [*extra, 0, 0, 0, 0][:4])
+        balance, wgmma, skip = (bool(x) for x in [*extra, 0, 0, 0][:3])
         kernel = compile_gluon(
             preset,
             group,
@@ -89,7 +89,6 @@ if __name__ == "__main__":
             balance=balance,
             wgmma=wgmma,
             skip_empty=skip,
-            int_values=int_values,
         )
         out.append(checks(kernel.asm["ptx"]))
     print(json.dumps(out))

@@ -47,7 +47,7 @@ if __name__ == "__main__":
     for arg in sys.argv[1:]:
         preset, *rest = arg.split(",")
         group, block_kv, splits, *extra = (int(x) for x in rest)
-        balance, columns, norm_mma, int_values = [*extra, *(0, 8, 0, 0)[len(extra) :]]
+        balance, columns, norm_mma = [*extra, *(0, 8, 0)[len(extra) :]]
         kernel = compile_token_rows(
             preset,
             group,
@@ -56,7 +56,6 @@ if __name__ == "__main__":
             balance=bool(balance),
             columns=columns,
             norm_mma=bool(norm_mma),
-            int_values=bool(int_values),
         )
         out.append(checks(kernel.asm["ptx"]))
     print(json.dumps(out))

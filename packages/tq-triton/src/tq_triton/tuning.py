@@ -94,15 +94,6 @@ class AttentionConfig:
     # instructions per token. Tables set it where it measured faster
     # (docs/perf/runs/2026-12-04-token-rows-formats)
     norm_mma: int = 0
-    # tq_k4v4's symmetric values in every attention kernel: 1 decodes each code as code - 7.5
-    # from its bits (the fp16 bit trick of vLLM's 4-bit values: the token-rows and Gluon
-    # kernels move each code to bits 4-7 of its fp16 half first, the portable kernel adds 0.5
-    # to code - 8), 0 looks it up in the value table like Lloyd-Max values. Statically the
-    # token-rows kernel's decode loop 41.0 -> 32.8 instructions per token, the Gluon kernel's
-    # tile loops 6-13% shorter (docs/perf/runs/2026-12-04-symmetric-values); timed once, with
-    # another knob, on an H100 only (docs/perf/runs/2026-12-05-h100-vendor-rule), so no table
-    # sets it
-    int_values: int = 0
 
 
 @dataclass(frozen=True)
@@ -139,7 +130,6 @@ _LIMITS: dict[str, tuple[int, int, bool]] = {
     "split_budget": (0, 64, False),
     "skip_empty": (0, 1, False),
     "norm_mma": (0, 1, False),
-    "int_values": (0, 1, False),
 }
 ENV_OVERRIDES = {
     "TQ_BLOCK_KV": "block_kv",
@@ -154,7 +144,6 @@ ENV_OVERRIDES = {
     "TQ_SPLIT_BUDGET": "split_budget",
     "TQ_SKIP_EMPTY": "skip_empty",
     "TQ_NORM_MMA": "norm_mma",
-    "TQ_INT_VALUES": "int_values",
 }
 # variables of knobs that no longer exist, and what replaced them: setting one is an error,
 # not silently ignored
@@ -175,6 +164,10 @@ REMOVED_ENV = {
         "operations: on an H100 as fast as the PTX byte permutes (docs/perf/runs/2026-12-05-h100-vendor-rule)"
     ),
     "TQ_TOKEN_ROWS": "TQ_GLUON=2 asks for the token-rows kernel",
+    "TQ_INT_VALUES": (
+        "every kernel decodes tq_k4v4's symmetric values from their codes' bits: on an H100 1.02-1.17x "
+        "faster on the default path and 1.32-1.61x on the portable kernel (docs/perf/runs/2026-12-06-knobs)"
+    ),
     "TQ_SELECTOR_PAIRS": (
         "the token-rows kernel builds 3-bit keys' selectors one 4-code group at a time: no table set the "
         "pairwise build, which was never timed alone on the H200"
@@ -186,6 +179,7 @@ REMOVED_FIELDS = {
     "token_rows": '"gluon": 2 asks for the token-rows kernel',
     "key_lut": "the portable kernel always looks 3- and 4-bit codes up in its register table",
     "selector_pairs": "the token-rows kernel builds 3-bit keys' selectors one 4-code group at a time",
+    "int_values": "every kernel decodes tq_k4v4's symmetric values from their codes' bits",
     "rotation": REMOVED_ENV["TQ_STORE_ROTATION"],
     "lean": REMOVED_ENV["TQ_STORE_LEAN"],
 }

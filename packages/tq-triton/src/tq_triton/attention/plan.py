@@ -205,8 +205,9 @@ def table_keys(preset: Preset) -> bool:
 
 def table_values(preset: Preset) -> bool:
     """The portable kernel's ``VALUE_LUT``: :func:`table_keys` for the calibrated formats'
-    3- and 4-bit Lloyd-Max values (``VCentroids``); other values have no codebook."""
-    return preset.calibrated and preset.value_bits in (3, 4)
+    3- and 4-bit Lloyd-Max values (``VCentroids``); other values have no codebook, and
+    tq_k4v4's symmetric ones are decoded from their codes' bits (``INT_VALUES``)."""
+    return preset.calibrated and preset.value_kind != "symmetric" and preset.value_bits in (3, 4)
 
 
 def kernel_constexprs(
@@ -242,7 +243,7 @@ def kernel_constexprs(
         KEY_LUT=table_keys(preset),
         CALIBRATED=preset.calibrated,
         VALUE_LUT=table_values(preset),
-        INT_VALUES=bool(cfg.int_values) and preset.value_kind == "symmetric",
+        INT_VALUES=preset.value_kind == "symmetric",
         VALUE_PAIRS=value_pairs(preset),
     )
 

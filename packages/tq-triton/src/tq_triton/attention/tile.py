@@ -153,8 +153,8 @@ def attend_tile(
     are Lloyd-Max vectors decoded from ``VCentroids`` (the fp16 codebook of ``VBITS``
     bits) in the rotated domain, with their scales (stored norm-corrected,
     ``Preset.folds_norm``) folded into the probabilities, and ``r`` sums the probability
-    of position 0 instead of value offsets. ``INT_VALUES`` (``AttentionConfig.int_values``,
-    tq_k4v4's symmetric values): each code decodes to ``code - 7.5`` from its bits, as uniform
+    of position 0 instead of value offsets. ``INT_VALUES`` (tq_k4v4's symmetric
+    values, ``plan.kernel_constexprs``): each code decodes to ``code - 7.5`` from its bits, as uniform
     values do, and its scale is multiplied by 1/8 (the table's ``(2 code - 15) / 16``);
     ``VCentroids`` is not read. Otherwise ``VCentroids`` and ``first_bias`` are not read."""
     ckw, ckn, cvw, cvs, cvz = tile

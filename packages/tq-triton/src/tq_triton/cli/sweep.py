@@ -63,7 +63,6 @@ KNOB_OPTIONS = (
     ("--split-budget", "split_budget", None, "N > 0: kv splits sized from the batch's lengths for N programs per SM"),
     ("--skip-empty", "skip_empty", (0, 1), "1: a kv split with no position for its rows writes only -inf"),
     ("--norm-mma", "norm_mma", (0, 1), "with --gluon 2: codebook keys' norms summed on the matrix unit"),
-    ("--int-values", "int_values", (0, 1), "tq_k4v4's values from their codes' bits, not the value table"),
 )
 KNOBS = tuple(field for _, field, _, _ in KNOB_OPTIONS)
 

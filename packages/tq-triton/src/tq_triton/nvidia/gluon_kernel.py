@@ -527,7 +527,7 @@ def gluon_attention_kernel(
     ``plan.gluon_refusal``). ``CALIBRATED`` (tq's calibrated formats with 4-bit keys and 3-
     or 4-bit values): the calibration pointers and ``VCentroids`` (the value codebook's
     register table) are read as ``kernel.attention_kernel`` reads them; otherwise they are
-    not read. ``INT_VALUES`` (tq_k4v4, ``AttentionConfig.int_values``): its symmetric values
+    not read. ``INT_VALUES`` (tq_k4v4, set from the preset): its symmetric values
     from their codes' bits, ``VCentroids`` not read. The other constexprs are
     ``kernel.attention_kernel``'s."""
     BLOCK_M: gl.constexpr = BLOCK_Q * G_PAD

@@ -92,12 +92,11 @@ def compile_token_rows(
     balance: bool = False,
     columns: int = 8,
     norm_mma: bool = False,
-    int_values: bool = False,
 ) -> Any:
     """The token-rows kernel compiled without a GPU for an NVIDIA target ``sm``, as the
     launcher specialises it (head_dim 128, 2 kv heads, 16-token blocks, ``columns`` query
-    columns: 8 or 16; ``norm_mma``, ``int_values``: the ``AttentionConfig``
-    knobs), as :func:`compile_gluon` compiles the Gluon kernel."""
+    columns: 8 or 16; ``norm_mma``: the ``AttentionConfig`` knob; tq_k4v4's symmetric values
+    from their codes' bits, as every launch decodes them), as :func:`compile_gluon` compiles the Gluon kernel."""
     from .token_rows_kernel import token_rows_attention_kernel
 
     p = tq_core.get_preset(preset)
@@ -115,7 +114,7 @@ def compile_token_rows(
         BALANCE=balance,
         SKIP_EMPTY=False,
         NORM_MMA=norm_mma,
-        INT_VALUES=int_values,
+        INT_VALUES=p.value_kind == "symmetric",
         CALIBRATED=p.calibrated,
     )
     return _compile(token_rows_attention_kernel, consts, 1, sm, maxnreg)
@@ -133,7 +132,6 @@ def compile_gluon(
     balance: bool = False,
     wgmma: bool = False,
     skip_empty: bool = False,
-    int_values: bool = False,
 ) -> Any:
     """The kernel compiled without a GPU for an NVIDIA target ``sm`` (default 90: H100/H200), as
     the launcher specialises it (group a power of two; 2 kv heads, 16-token blocks) and
@@ -141,8 +139,8 @@ def compile_gluon(
     a register cap per thread, as ``max_registers`` passes it (0: none); ``balance``: kv
     splits sized from the batch's lengths (``BALANCE``, ``AttentionConfig.split_budget``);
     ``wgmma``: Hopper's warpgroup products (``WGMMA``; 64 rows); ``skip_empty``: empty kv
-    splits skipped (``SKIP_EMPTY``, ``AttentionConfig.skip_empty``); ``int_values``: tq_k4v4's
-    values from their codes' bits (``INT_VALUES``, ``AttentionConfig.int_values``). Not under
+    splits skipped (``SKIP_EMPTY``, ``AttentionConfig.skip_empty``); tq_k4v4's values are
+    decoded from their codes' bits (``INT_VALUES``), as every launch does. Not under
     ``TRITON_INTERPRET=1``, where Gluon functions cannot compile."""
     from .gluon_kernel import gluon_attention_kernel
 
@@ -163,7 +161,7 @@ def compile_gluon(
         BALANCE=balance,
         WGMMA=wgmma,
         SKIP_EMPTY=skip_empty,
-        INT_VALUES=int_values,
+        INT_VALUES=p.value_kind == "symmetric",
     )
     return _compile(gluon_attention_kernel, consts, warps, sm, maxnreg)
 

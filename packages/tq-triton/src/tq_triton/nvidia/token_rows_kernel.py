@@ -745,8 +745,7 @@ def token_rows_attention_kernel(
     of the squared key operands with ones on the matrix unit (``AttentionConfig.norm_mma``),
     where the lanes otherwise sum them. ``INT_VALUES``: tq_k4v4's
     symmetric values from their codes' bits, ``(code - 7.5) / 8`` (``token_rows_ptx.pv4_ptx``'s
-    symmetric step, the 1/8 in the value scales), instead of the register table
-    (``AttentionConfig.int_values``). The other constexprs are
+    symmetric step, the 1/8 in the value scales), as every launch of tq_k4v4 decodes them. The other constexprs are
     ``kernel.attention_kernel``'s."""
     gl.static_assert(D == 128, "head_dim 128")
     gl.static_assert(VBITS == 4 or (VBITS == 3 and not KEY_FP8), "values: 4 bits, or 3 with codebook keys")

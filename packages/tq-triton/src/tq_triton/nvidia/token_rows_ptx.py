@@ -313,7 +313,7 @@ def pv4_ptx(nct: int = 1, symmetric: bool = False) -> str:
     permute), then the probabilities' two ``B`` registers per column tile and the ``C``
     fragments so far. A low nibble becomes the fp16 ``1024 + code`` (``lop3`` with ``0x6400``)
     minus 1032; a high nibble ``1024 + 16 code``, times 1/16 minus 72 in one ``fma``: both are
-    ``code - 8``, exact. ``symmetric`` (tq_k4v4's values, ``AttentionConfig.int_values``):
+    ``code - 8``, exact. ``symmetric`` (tq_k4v4's values):
     both nibbles ``code - 7.5``, exact, the low one shifted into the high nibble's place
     first (1031.5 is no fp16 number), one more instruction per fp16 pair of low nibbles."""
     n = 4 * nct
@@ -356,7 +356,7 @@ def pv4_ptx(nct: int = 1, symmetric: bool = False) -> str:
     )
 
 
-# tq_k4v4's symmetric values from their bits in the Gluon kernel (its ``int_values``), in
+# tq_k4v4's symmetric values from their bits in the Gluon kernel (``INT_VALUES``), in
 # head_dim order (the order of the value table's lookups, which the calibrated formats'
 # output rotation expects), one elementwise step per 4 codes: ``$2``'s bits 0-15 hold codes
 # c0..c3 (low nibble first; its other bits are not read), ``$0`` becomes the fp16 pair
