@@ -421,36 +421,16 @@ def test_transposed_probabilities_times_3_bit_values(nct):
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
 
 
-def _magnitude_selectors(word: int) -> int:
-    """``key_lut.magnitude_selectors_fn`` of one word: each nibble's code ``c`` -> ``7 - c``
-    below 8, ``c - 8`` from 8 (the index of its magnitude in a symmetric codebook's table)."""
-    out = 0
-    for i in range(8):
-        c = (word >> (4 * i)) & 15
-        out |= (7 - c if c < 8 else c - 8) << (4 * i)
-    return out
-
-
-@pytest.mark.parametrize("signed", [True, False])
 @pytest.mark.parametrize("nct", [1, 2])
-def test_transposed_probabilities_times_lloyd_max_values(nct, signed):
-    # calibrated formats' values: codes in nibbles (3-bit codes spread to nibbles), looked up
-    # in the value codebook's register table (signed: a symmetric 16-entry codebook by its 8
-    # magnitudes and each code's bit 3) straight into the value product's A registers
+def test_transposed_probabilities_times_lloyd_max_values(nct):
+    # tq_k4v3's values: 3-bit codes spread to nibbles, looked up in the value codebook's
+    # 8-entry register table straight into the value product's A registers
     gen = np.random.default_rng(11)
     p = gen.random((16, 8 * nct)).astype(np.float32)
-    if signed:
-        half = np.sort(gen.uniform(0.01, 2.5, 8)).astype(np.float16)
-        cent = np.concatenate([-half[::-1], half])  # symmetric, ascending
-        codes = gen.integers(0, 16, (16, 128))
-        codes[0] = 15
-        codes[9] = 0
-        codes[3, ::2] = 7  # the magnitudes' two ends
-        codes[3, 1::2] = 8
-    else:
-        cent = np.sort(gen.uniform(-2.0, 2.0, 8)).astype(np.float16)
-        codes = gen.integers(0, 8, (16, 128))
-        codes[5] = 7
+    cent = np.sort(gen.uniform(-2.0, 2.0, 8)).astype(np.float16)
+    codes = gen.integers(0, 8, (16, 128))
+    codes[5] = 7
+    codes[9] = 0
     lut = [v & MASK for v in lut_words(torch.from_numpy(cent)).tolist()]
 
     def word(token: int, w: int) -> int:
@@ -459,12 +439,9 @@ def test_transposed_probabilities_times_lloyd_max_values(nct, signed):
     def operands(u: int, g: int, c: int) -> list[int]:
         k = u % 4
         words = [word(t, 2 * g + u // 4) for t in (2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9)]
-        vals = [*words, k | ((k + 4) << 8), k | ((k + 4) << 4)]
-        if signed:
-            vals += [_magnitude_selectors(x) for x in words]
-        return vals + lut
+        return [*words, k | ((k + 4) << 8), k | ((k + 4) << 4), *lut]
 
-    got = _value_product(ptx.pvl_ptx(nct, signed), p, nct, operands)
+    got = _value_product(ptx.pvl_ptx(nct), p, nct, operands)
     want = cent.astype(np.float64)[codes].T @ p.astype(np.float16).astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
 

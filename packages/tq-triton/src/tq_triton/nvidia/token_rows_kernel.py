@@ -27,7 +27,6 @@ from triton.experimental.gluon import language as gl
 
 from ..attention.bounds import request_bounds_fn
 from ..attention.online_softmax import nonfinite_rows_fn, output_factors_fn, row_lse_fn, saturate_fn
-from ..key_lut import magnitude_selectors_fn
 from ..value_words import nibbles_fn
 from . import token_rows_ptx as ptx
 from .gluon_kernel import _balanced_chunk, _butterflies, load_blocks, register_table
@@ -37,7 +36,6 @@ _output_factors = gluon.jit(output_factors_fn)
 _row_lse = gluon.jit(row_lse_fn)
 _nonfinite_rows = gluon.jit(nonfinite_rows_fn)
 _saturate = gluon.jit(saturate_fn)
-_magnitude_selectors = gluon.jit(magnitude_selectors_fn)
 _nibbles = gluon.jit(nibbles_fn)
 
 # the PTX as constexprs (a jit function reads no other globals)
@@ -73,14 +71,10 @@ _PV4_2 = gl.constexpr(ptx.pv4_ptx(2))
 _PV4S = gl.constexpr(ptx.pv4_ptx(1, True))
 _PV4S_2 = gl.constexpr(ptx.pv4_ptx(2, True))
 _PV4_2C = gl.constexpr(ptx.pv4_constraints(2))
-_PVL = gl.constexpr(ptx.pvl_ptx(1, True))
-_PVL_C = gl.constexpr(ptx.pvl_constraints(1, True))
-_PVL_2 = gl.constexpr(ptx.pvl_ptx(2, True))
-_PVL_2C = gl.constexpr(ptx.pvl_constraints(2, True))
-_PVL3 = gl.constexpr(ptx.pvl_ptx(1, False))
-_PVL3_C = gl.constexpr(ptx.pvl_constraints(1, False))
-_PVL3_2 = gl.constexpr(ptx.pvl_ptx(2, False))
-_PVL3_2C = gl.constexpr(ptx.pvl_constraints(2, False))
+_PVL3 = gl.constexpr(ptx.pvl_ptx(1))
+_PVL3_C = gl.constexpr(ptx.pvl_constraints(1))
+_PVL3_2 = gl.constexpr(ptx.pvl_ptx(2))
+_PVL3_2C = gl.constexpr(ptx.pvl_constraints(2))
 _PAIR_T = gl.constexpr(ptx.PAIR_TRANSPOSED_PTX)
 _PAIR_T_C = gl.constexpr(ptx.PAIR_TRANSPOSED_CONSTRAINTS)
 
@@ -739,18 +733,20 @@ def token_rows_attention_kernel(
     (``KEY_FP8``) or 3- or 4-bit codebook codes (``KBITS``; ``Centroids``:
     ``key_lut.lut_words``' table, of the magnitudes for 4-bit codes), values uniform 4-bit
     codes, or 3-bit codes with codebook keys (``VBITS``). ``CALIBRATED``: tq's calibrated
-    formats with 4-bit keys (the values 3- or 4-bit Lloyd-Max codes, looked up in
-    ``VCentroids``, the value codebook's register table; the calibration pointers as the Gluon
-    kernel takes them). ``NORM_MMA``: codebook keys' sums of squared centroids by a product
-    of the squared key operands with ones on the matrix unit (``AttentionConfig.norm_mma``),
-    where the lanes otherwise sum them. ``INT_VALUES``: tq_k4v4's
-    symmetric values from their codes' bits, ``(code - 7.5) / 8`` (``token_rows_ptx.pv4_ptx``'s
-    symmetric step, the 1/8 in the value scales), as every launch of tq_k4v4 decodes them. The other constexprs are
+    formats with 4-bit keys (tq_k4v3's 3-bit Lloyd-Max values looked up in ``VCentroids``,
+    the value codebook's register table; the calibration pointers as the Gluon kernel takes
+    them). ``NORM_MMA``: codebook keys' sums of squared centroids by a product of the squared
+    key operands with ones on the matrix unit (``AttentionConfig.norm_mma``), where the lanes
+    otherwise sum them. ``INT_VALUES`` (tq_k4v4, the only calibrated format with 4-bit
+    values): its symmetric values from their codes' bits, ``(code - 7.5) / 8``
+    (``token_rows_ptx.pv4_ptx``'s symmetric step, the 1/8 in the value scales). The other
+    constexprs are
     ``kernel.attention_kernel``'s."""
     gl.static_assert(D == 128, "head_dim 128")
     gl.static_assert(VBITS == 4 or (VBITS == 3 and not KEY_FP8), "values: 4 bits, or 3 with codebook keys")
     gl.static_assert(BLOCK_Q * G_PAD == 8 or BLOCK_Q * G_PAD == 16, "8 or 16 query columns")
     gl.static_assert(not INT_VALUES or (CALIBRATED and VBITS == 4), "int values: tq_k4v4's symmetric values")
+    gl.static_assert(not CALIBRATED or VBITS == 3 or INT_VALUES, "calibrated 4-bit values: symmetric, from their bits")
     NCT: gl.constexpr = BLOCK_Q * G_PAD // 8
     # the 3-bit keys' score steps for NORM_MMA (the chunk's two halves; 2: with two column tiles)
     QK3_LO: gl.constexpr = _QK3_LO_N if NORM_MMA else _QK3_LO
@@ -1066,16 +1062,6 @@ def token_rows_attention_kernel(
                     state1, acc_b, bu0, bu1 = _softmax_columns(t00, t01, t10, t11, state1, acc_b, q_scale, values, LU)
                     y0 = _tiles(bu0, MT, L2)
                     y1 = _tiles(bu1, MT, L2)
-                if CALIBRATED and VBITS == 4 and not INT_VALUES:
-                    # each value word's magnitude selectors (a symmetric codebook's table)
-                    ma0 = _tiles(_magnitude_selectors(v0), MT, L2)
-                    ma1 = _tiles(_magnitude_selectors(v1), MT, L2)
-                    mb0 = _tiles(_magnitude_selectors(v2), MT, L2)
-                    mb1 = _tiles(_magnitude_selectors(v3), MT, L2)
-                    mc0 = _tiles(_magnitude_selectors(v4), MT, L2)
-                    mc1 = _tiles(_magnitude_selectors(v5), MT, L2)
-                    md0 = _tiles(_magnitude_selectors(v6), MT, L2)
-                    md1 = _tiles(_magnitude_selectors(v7), MT, L2)
                 va0 = _tiles(v0, MT, L2)
                 va1 = _tiles(v1, MT, L2)
                 vb0 = _tiles(v2, MT, L2)
@@ -1101,37 +1087,19 @@ def token_rows_attention_kernel(
                         wa0, wa1, wb0, wb1 = _value_words(v_lo, v_hi, lo_u)
                         vla, vlb, vha, vhb = vlut
                         table = (zu + vla, zu + vlb, zu + vha, zu + vhb)
-                        if VBITS == 4:
-                            m_lo = _row_tile(ma0, mb0, mc0, md0, t, LU)
-                            m_hi = _row_tile(ma1, mb1, mc1, md1, t, LU)
-                            sa0, sa1, sb0, sb1 = _value_words(m_lo, m_hi, lo_u)
-                            acc, acc_2 = _pv_step(
-                                acc,
-                                acc_2,
-                                (wa0, wa1, wb0, wb1, sel_u, selm_u, sa0, sa1, sb0, sb1) + table,  # noqa: RUF005
-                                zu,
-                                pb0,
-                                pb1,
-                                pc0,
-                                pc1,
-                                _PVL if NCT == 1 else _PVL_2,
-                                _PVL_C if NCT == 1 else _PVL_2C,
-                                NCT,
-                            )
-                        else:
-                            acc, acc_2 = _pv_step(
-                                acc,
-                                acc_2,
-                                (wa0, wa1, wb0, wb1, sel_u, selm_u) + table,  # noqa: RUF005
-                                zu,
-                                pb0,
-                                pb1,
-                                pc0,
-                                pc1,
-                                _PVL3 if NCT == 1 else _PVL3_2,
-                                _PVL3_C if NCT == 1 else _PVL3_2C,
-                                NCT,
-                            )
+                        acc, acc_2 = _pv_step(
+                            acc,
+                            acc_2,
+                            (wa0, wa1, wb0, wb1, sel_u, selm_u) + table,  # noqa: RUF005
+                            zu,
+                            pb0,
+                            pb1,
+                            pc0,
+                            pc1,
+                            _PVL3 if NCT == 1 else _PVL3_2,
+                            _PVL3_C if NCT == 1 else _PVL3_2C,
+                            NCT,
+                        )
                     elif VBITS == 3:
                         zu = shift_u * 0
                         ops = (

@@ -453,48 +453,33 @@ def pv3_constraints(nct: int = 1) -> str:
     return ",".join(["=f"] * (4 * nct) + ["r"] * (9 + 2 * nct) + ["f"] * (4 * nct))
 
 
-def pvl_ptx(nct: int = 1, signed: bool = True) -> str:
-    """One 16-token step of ``O^T`` for Lloyd-Max values (tq's calibrated formats), one row
-    tile, into ``nct`` column tiles: each value word holds 8 codes in nibbles (3-bit codes
-    spread to nibbles first), row tile ``u``'s byte ``u % 4`` of the word holding head_dim
-    ``16 g + 2 u`` (low nibble, row ``g``) and ``+ 1`` (high nibble, row ``g + 8``), as
-    :func:`pv4_ptx` takes them. ``signed``: a symmetric 16-entry codebook (the register table
-    holds the 8 magnitudes: ``key_lut.lut_words``), each code's magnitude selector given,
-    its bit 3 the sign; else an 8-entry table the codes select directly. With ``n = 4 nct``:
-    outputs ``$0..$(n-1)`` the ``C`` fragments. Inputs: ``$n..$(n+3)`` the words of tokens
-    ``2 c``, ``2 c + 1``, ``2 c + 8``, ``2 c + 9``, ``$(n+4)`` the row tile's selector of
-    their bytes into bytes 0 and 2 (as :func:`pv4_ptx`'s), ``$(n+5)`` into bytes 0 and 1;
-    signed: ``$(n+6)..$(n+9)`` the four words' magnitude selectors
-    (``key_lut.magnitude_selectors_fn``); then the table's four words, the probabilities'
-    two ``B`` registers per column tile and the ``C`` fragments so far. Per pair of tokens:
-    the two codes of each row in the low bytes of one selector nibble pair, two table
-    permutes, two permutes into fp16 pairs (a token's code in each half), and with signs
-    the code word shifted so that both codes' bit 3 meets its half's sign bit, one ``lop3``
-    setting the sign where bit 3 is clear."""
+def pvl_ptx(nct: int = 1) -> str:
+    """One 16-token step of ``O^T`` for 3-bit Lloyd-Max values (tq_k4v3), one row tile, into
+    ``nct`` column tiles: each value word holds 8 codes in nibbles (3-bit codes spread to
+    nibbles first), row tile ``u``'s byte ``u % 4`` of the word holding head_dim ``16 g + 2 u``
+    (low nibble, row ``g``) and ``+ 1`` (high nibble, row ``g + 8``), as :func:`pv4_ptx` takes
+    them, looked up in the value codebook's 8-entry register table (``key_lut.lut_words``).
+    With ``n = 4 nct``: outputs ``$0..$(n-1)`` the ``C`` fragments. Inputs: ``$n..$(n+3)`` the
+    words of tokens ``2 c``, ``2 c + 1``, ``2 c + 8``, ``2 c + 9``, ``$(n+4)`` the row tile's
+    selector of their bytes into bytes 0 and 2 (as :func:`pv4_ptx`'s, not read here),
+    ``$(n+5)`` into bytes 0 and 1; then the table's four words, the probabilities' two ``B``
+    registers per column tile and the ``C`` fragments so far. Per pair of tokens: the two
+    codes of each row in the low bytes of one selector nibble pair, two table permutes and
+    two permutes into fp16 pairs (a token's code in each half)."""
     n = 4 * nct
-    t0 = n + (10 if signed else 6)
+    t0 = n + 6
     b = t0 + 4
     c_in = b + 2 * nct
     la, lb, ha, hb = (f"${t0 + i}" for i in range(4))
 
     def pair(wa: int, wb: int, lo: str, hi: str) -> list[str]:
-        sel = (f"${n + 6 + wa}", f"${n + 6 + wb}") if signed else (f"${n + wa}", f"${n + wb}")
-        out = [
-            f"prmt.b32 m, {sel[0]}, {sel[1]}, ${n + 5};",
+        return [
+            f"prmt.b32 m, ${n + wa}, ${n + wb}, ${n + 5};",
             f"prmt.b32 l, {la}, {lb}, m;",
             f"prmt.b32 h, {ha}, {hb}, m;",
             f"prmt.b32 {lo}, l, h, 0x6240;",
             f"prmt.b32 {hi}, l, h, 0x7351;",
         ]
-        if signed:
-            out += [
-                f"prmt.b32 x, ${n + wa}, ${n + wb}, ${n + 4};",
-                "shl.b32 y, x, 12;",
-                f"lop3.b32 {lo}, {lo}, y, 0x80008000, 0xD2;",
-                "shl.b32 y, x, 8;",
-                f"lop3.b32 {hi}, {hi}, y, 0x80008000, 0xD2;",
-            ]
-        return out
 
     mmas = [
         f"{MMA} {{${4 * k}, ${4 * k + 1}, ${4 * k + 2}, ${4 * k + 3}}}, {{a0, a1, a2, a3}}, "
@@ -505,7 +490,7 @@ def pvl_ptx(nct: int = 1, signed: bool = True) -> str:
     return "\n".join(
         [
             "{",
-            ".reg .b32 m, l, h, x, y, a0, a1, a2, a3;",
+            ".reg .b32 m, l, h, a0, a1, a2, a3;",
             *pair(0, 1, "a0", "a1"),
             *pair(2, 3, "a2", "a3"),
             *mmas,
@@ -514,9 +499,9 @@ def pvl_ptx(nct: int = 1, signed: bool = True) -> str:
     )
 
 
-def pvl_constraints(nct: int = 1, signed: bool = True) -> str:
+def pvl_constraints(nct: int = 1) -> str:
     """:func:`pvl_ptx`'s operand constraints."""
-    return ",".join(["=f"] * (4 * nct) + ["r"] * ((14 if signed else 10) + 2 * nct) + ["f"] * (4 * nct))
+    return ",".join(["=f"] * (4 * nct) + ["r"] * (10 + 2 * nct) + ["f"] * (4 * nct))
 
 
 # two float32 (columns 2 c and 2 c + 1 of an 8 x 8 quarter of C) to an fp16 pair, then the
