@@ -269,7 +269,7 @@ def test_sweep_grid_varies_waves_only_where_they_choose_the_splits():
     knobs = attention_grid([32], [1], [(1, 1)], [32], [0], [16], gluon=[0, 1, 2], wgmma=[0, 1])
     assert {(c.gluon, c.wgmma) for c in knobs} == {(k, v) for k in (0, 1, 2) for v in (0, 1)}
     assert {c.gluon for c in grid} == {tuning.AttentionConfig.gluon}
-    for removed in ("value_acc", "key_lut", "token_rows", "selector_pairs"):
+    for removed in ("value_acc", "key_lut", "token_rows", "selector_pairs", "int_values", "norm_mma"):
         with pytest.raises(TypeError, match=removed):
             attention_grid([32], [1], [(1, 1)], [32], [0], [16], **{removed: [0]})
     budgets = attention_grid([32], [1], [(1, 1)], [32], [0], [16], split_budget=[0, 4])
@@ -278,8 +278,6 @@ def test_sweep_grid_varies_waves_only_where_they_choose_the_splits():
     skips = attention_grid([32], [1], [(1, 1)], [32], [0], [16], split_budget=[4], skip_empty=[0, 1])
     assert [(c.split_budget, c.skip_empty) for c in skips] == [(4, 0), (4, 1)]
     assert {c.skip_empty for c in grid} == {tuning.AttentionConfig.skip_empty}
-    rows = attention_grid([32], [1], [(1, 1)], [32], [0], [16], gluon=[2], norm_mma=[0, 1])
-    assert [(c.gluon, c.norm_mma) for c in rows] == [(2, 0), (2, 1)]
 
 
 @pytest.mark.parametrize(
@@ -338,7 +336,6 @@ def test_sweep_entry_reads_back_as_the_measured_config(kv_splits):
         wgmma=1,
         split_budget=4,
         skip_empty=1,
-        norm_mma=1,
     )
     entry = table_entry(cfg, 1.234567891)
     assert entry["ms"] == 1.23457
@@ -528,8 +525,7 @@ def test_shipped_h200_token_rows_kernel_at_head_dim_128(preset, head_dim, q_len,
     # decode and verify 1-3 draft tokens at head_dim 128 on the token-rows kernel (4 q heads
     # per kv head: 4 or 8 of one column tile's 8 columns, 16 of two tiles' at q_len 4), the
     # calibrated formats decode and verify one draft token there (at q_len 4 the Gluon kernel
-    # is as fast); codebook keys' norms go to the matrix unit where that won (norm_mma); head_dim
-    # 64 keeps its Gluon entries, 256 its kernels (k8v4: the portable one)
+    # is as fast); head_dim 64 keeps its Gluon entries, 256 its kernels (k8v4: the portable one)
     from tq_triton.attention import plan
     from tq_triton.device import DeviceFacts
 
@@ -544,8 +540,6 @@ def test_shipped_h200_token_rows_kernel_at_head_dim_128(preset, head_dim, q_len,
     assert lp.token_rows == wanted
     if wanted:
         assert lp.block_q * 4 == (16 if q_len == 4 else 8) and lp.splits > 1
-        norm_mma = {"turboquant_k3v4_nc": (1, 2), "turboquant_4bit_nc": (1, 2), "turboquant_3bit_nc": (1, 2, 4)}
-        assert lp.constexprs["NORM_MMA"] == (q_len in norm_mma.get(preset, ()))
     if preset == "turboquant_k8v4" and head_dim == 256 and q_len == 1:
         assert not lp.gluon
 

@@ -39,8 +39,8 @@ CALIBRATED_PRESETS = [n for n in PRESETS if tq_core.get_preset(n).calibrated]
 needs_gpu = pytest.mark.skipif(not ON_GPU, reason="Gluon kernels run only on an NVIDIA GPU")
 needs_gluon = pytest.mark.skipif(not plan.gluon_available(), reason="this Triton has no Gluon")
 
-# (preset, group, block_kv, splits[, balance[, columns[, norm_mma]]]): each key kind, tile
-# size, split kind, column count and the key norms on the matrix unit
+# (preset, group, block_kv, splits[, balance[, columns]]): each key kind, tile size, split
+# kind and column count
 COMPILED = [
     ("turboquant_k3v4_nc", 4, 32, 16),
     ("turboquant_k3v4_nc", 3, 16, 1),
@@ -56,9 +56,9 @@ COMPILED = [
     ("turboquant_3bit_nc", 4, 32, 16),
     ("turboquant_3bit_nc", 8, 16, 1, 1),
     ("turboquant_3bit_nc", 4, 32, 16, 0, 16),
-    ("turboquant_k3v4_nc", 4, 64, 16, 0, 8, 1),
-    ("turboquant_4bit_nc", 4, 32, 1, 1, 16, 1),
-    ("turboquant_3bit_nc", 2, 16, 16, 0, 8, 1),
+    ("turboquant_k3v4_nc", 4, 64, 16, 0, 8),
+    ("turboquant_4bit_nc", 4, 32, 1, 1, 16),
+    ("turboquant_3bit_nc", 2, 16, 16, 0, 8),
     ("tq_k4v4", 4, 32, 16),
     ("tq_k4v3", 4, 16, 1, 1),
     ("tq_k4v4", 4, 32, 16, 0, 16),
@@ -79,11 +79,11 @@ def test_compiles_for_sm90():
     for config, found in zip(COMPILED, checks, strict=True):
         tiles = config[2] // 16
         nct = (config[5] if len(config) > 5 else 8) // 8
-        norm_mma = len(config) > 6 and config[6]
+        norms = tq_core.get_preset(config[0]).norm_correction
         # per row tile and column tile: 8 score steps and 8 value row tiles (and per row tile 8
-        # norm steps with norm_mma); per tile and column tile two transposes, and one per
-        # column tile for the query's flags
-        assert found["mma"] == 16 * tiles * nct + (8 * tiles if norm_mma else 0), config
+        # norm steps for keys with norm correction); per tile and column tile two transposes,
+        # and one per column tile for the query's flags
+        assert found["mma"] == 16 * tiles * nct + (8 * tiles if norms else 0), config
         assert found["movmatrix"] == (2 * tiles + 1) * nct, config
         assert found["tile_loop_lines"] > 0, config
         assert found["shared_in_tile_loop"] == 0 and found["barriers_in_tile_loop"] == 0, config
@@ -98,7 +98,6 @@ def _plan(
     block_size=16,
     gluon=2,
     longest=1,
-    norm_mma=0,
 ):
     p = tq_core.get_preset(preset)
     fields = p.kernel_fields(p.block_layout(head_dim, block_size, 2)).constexprs()
@@ -106,7 +105,6 @@ def _plan(
         gluon=gluon,
         block_kv=block_kv,
         kv_splits=4,
-        norm_mma=norm_mma,
     )
     return plan.plan_attention(H100, p, fields, 2 * group, 2, 3, longest, block_size, config=cfg)
 
@@ -136,10 +134,6 @@ def test_the_plan_picks_it_only_where_it_applies():
             assert lp.block_q * g_pad == columns and lp.constexprs["BLOCK_Q"] == lp.block_q, (group, longest)
             assert lp.key_table
     assert not _plan(gluon=1).token_rows and plan.served_by(_plan(gluon=1)) == "gluon"
-    # norm_mma reaches the token-rows kernel only (the other kernels have no such argument)
-    assert _plan(norm_mma=1).constexprs["NORM_MMA"] is True
-    assert _plan(norm_mma=0).constexprs["NORM_MMA"] is False
-    assert "NORM_MMA" not in _plan(gluon=1, norm_mma=1).constexprs
     # symmetric values (tq_k4v4) are decoded from their codes' bits by every kernel
     assert _plan(preset="tq_k4v4").constexprs["INT_VALUES"] is True
     assert _plan(preset="tq_k4v3").constexprs["INT_VALUES"] is False
@@ -230,10 +224,10 @@ def test_matches_reference(preset, group, q_lens, splits, columns, gen, device, 
 @pytest.mark.parametrize(
     ("group", "q_lens", "columns"), [(4, [1, 1, 1, 1], 8), (4, [1, 2, 5, 3], 16), (1, [1, 16, 3, 1], 8)]
 )
-def test_norms_on_the_matrix_unit(preset, group, q_lens, columns, gen, device, token_rows_launches, monkeypatch):
-    """``norm_mma`` 1: codebook keys' sums of squared centroids on the matrix unit."""
+def test_norm_corrected_keys(preset, group, q_lens, columns, gen, device, token_rows_launches):
+    """Codebook keys with norm correction: their sums of squared centroids on the matrix unit,
+    at 8 and 16 query columns."""
     _cuda_only(device)
-    monkeypatch.setenv("TQ_NORM_MMA", "1")
     b = make_batch(gen, preset, [1, 300, 2049, 77], q_lens, head_dim=128, num_kv_heads=2, group=group, device=device)
     assert_close(*run_triton(b, splits=7, max_query_len=columns // plan.next_pow2(group)))
     assert token_rows_launches
@@ -255,15 +249,11 @@ def test_symmetric_values(group, q_lens, columns, splits, gen, device, token_row
 
 @needs_gpu
 @needs_gluon
-@pytest.mark.parametrize(
-    ("preset", "norm_mma"),
-    [(p, n) for p in ("turboquant_k3v4_nc", "turboquant_3bit_nc") for n in ("0", "1")] + [("turboquant_k8v4", "0")],
-)
-def test_scores_carry_no_systematic_rounding_bias(preset, norm_mma, gen, device, token_rows_launches, monkeypatch):
+@pytest.mark.parametrize("preset", ["turboquant_k3v4_nc", "turboquant_3bit_nc", "turboquant_k8v4"])
+def test_scores_carry_no_systematic_rounding_bias(preset, gen, device, token_rows_launches):
     """test_attention_numerics' check at head_dim 128 on this kernel (16 q heads per kv head:
-    two column tiles), with codebook keys' norms summed in the lanes and on the matrix unit."""
+    two column tiles)."""
     _cuda_only(device)
-    monkeypatch.setenv("TQ_NORM_MMA", norm_mma)
     numerics.assert_scores_unbiased(preset, gen, device, 128)
     assert token_rows_launches
 

@@ -162,11 +162,10 @@ def _query_pairs(q16: np.ndarray, col: int, c: int) -> list[int]:
     return [bits[2 * e] | (bits[2 * e + 1] << 16) for e in range(16)]
 
 
-def _scores(text_halves, lane_words, lut, q16, nct=1, mma_norms=False):
+def _scores(text_halves, lane_words, lut, q16, nct=1):
     """Both halves of a score block over the warp, ``nct`` column tiles of 8 queries (``q16``
-    ``[8 nct, 128]``); returns S^T [16, 8 nct] and the sums of squares of each key row [16]
-    (the lanes' partial sums added; with ``mma_norms`` each lane holds its row's whole sum,
-    and the four lanes of a row must agree)."""
+    ``[8 nct, 128]``); returns S^T [16, 8 nct] and the sums of each key row [16] that the
+    lanes carry out (each lane holds its row's, and the four lanes of a row must agree)."""
     n = 4 * nct
     s = np.zeros((16, 8 * nct))
     sq = np.zeros(16)
@@ -190,12 +189,8 @@ def _scores(text_halves, lane_words, lut, q16, nct=1, mma_norms=False):
         for k in range(nct):
             for j in range(2):
                 s[g, 8 * k + 2 * c + j], s[g + 8, 8 * k + 2 * c + j] = out[4 * k + j], out[4 * k + 2 + j]
-        if mma_norms:
-            assert (out[n], out[n + 1]) == (outs[4 * g][n], outs[4 * g][n + 1]), lane
-            sq[g], sq[g + 8] = out[n], out[n + 1]
-        else:
-            sq[g] += out[n]
-            sq[g + 8] += out[n + 1]
+        assert (out[n], out[n + 1]) == (outs[4 * g][n], outs[4 * g][n + 1]), lane
+        sq[g], sq[g + 8] = out[n], out[n + 1]
     return s, sq
 
 
@@ -203,10 +198,10 @@ def _queries(gen: np.random.Generator, nct: int = 1) -> np.ndarray:
     return gen.standard_normal((8 * nct, 128)).astype(np.float16)
 
 
-@pytest.mark.parametrize("mma_norms", [False, True])
+@pytest.mark.parametrize("norms", [False, True])
 @pytest.mark.parametrize("nct", [1, 2])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_3_bit_key_scores_and_norms(seed, nct, mma_norms):
+def test_3_bit_key_scores_and_norms(seed, nct, norms):
     gen = np.random.default_rng(seed)
     cent = codebook(tq_core.get_preset("turboquant_k3v4_nc"), 128, torch.device("cpu"))[2]
     lut = [v & MASK for v in lut_words(cent).tolist()]
@@ -222,19 +217,19 @@ def test_3_bit_key_scores_and_norms(seed, nct, mma_norms):
     def lane_words(g: int, c: int) -> list[int]:
         return chunk_words(g, c) + chunk_words(g + 8, c)
 
-    halves = [(ptx.qk3_ptx(h, nct, mma_norms), lambda w: w) for h in (0, 1)]
-    s, sq = _scores(halves, lane_words, lut, q16, nct, mma_norms)
+    halves = [(ptx.qk3_ptx(h, nct, norms), lambda w: w) for h in (0, 1)]
+    s, sq = _scores(halves, lane_words, lut, q16, nct)
     k = cent.float().numpy()[codes].astype(np.float64)
     want = k @ q16.astype(np.float64).T
     np.testing.assert_allclose(s, want, rtol=1e-6, atol=1e-6)
-    # the norms: fp16 squares summed in pairs, as key_lut's lookup sums them
-    np.testing.assert_allclose(sq, (k**2).sum(axis=1), rtol=2e-3)
+    # the norms: fp16 squares summed on the matrix unit; without, the zero sums pass through
+    np.testing.assert_allclose(sq, (k**2).sum(axis=1) if norms else 0.0, rtol=2e-3)
 
 
-@pytest.mark.parametrize("mma_norms", [False, True])
+@pytest.mark.parametrize("norms", [False, True])
 @pytest.mark.parametrize("nct", [1, 2])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_4_bit_key_scores_and_norms(seed, nct, mma_norms):
+def test_4_bit_key_scores_and_norms(seed, nct, norms):
     gen = np.random.default_rng(seed)
     cent = codebook(tq_core.get_preset("turboquant_4bit_nc"), 128, torch.device("cpu"))[2]
     lut = [v & MASK for v in lut_words(cent).tolist()]
@@ -250,13 +245,13 @@ def test_4_bit_key_scores_and_norms(seed, nct, mma_norms):
 
     # each half takes words 2 h, 2 h + 1 of both key rows
     halves = [
-        (ptx.qk4_ptx(nct, mma_norms), lambda w: [w[0], w[1], w[4], w[5]]),
-        (ptx.qk4_ptx(nct, mma_norms), lambda w: [w[2], w[3], w[6], w[7]]),
+        (ptx.qk4_ptx(nct, norms), lambda w: [w[0], w[1], w[4], w[5]]),
+        (ptx.qk4_ptx(nct, norms), lambda w: [w[2], w[3], w[6], w[7]]),
     ]
-    s, sq = _scores(halves, lane_words, lut, q16, nct, mma_norms)
+    s, sq = _scores(halves, lane_words, lut, q16, nct)
     k = cent.float().numpy()[codes].astype(np.float64)
     np.testing.assert_allclose(s, k @ q16.astype(np.float64).T, rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(sq, (k**2).sum(axis=1), rtol=2e-3)
+    np.testing.assert_allclose(sq, (k**2).sum(axis=1) if norms else 0.0, rtol=2e-3)
 
 
 @pytest.mark.parametrize("nct", [1, 2])

@@ -2,7 +2,7 @@
 of test_token_rows_kernel.py, run in its own process without TRITON_INTERPRET).
 
 Usage: ``python tqt_token_rows_compile.py CONFIG ...``, each ``CONFIG``
-``PRESET,GROUP,BLOCK_KV,SPLITS[,BALANCE[,COLUMNS[,NORM_MMA[,PAIRS[,INT]]]]]``; prints one JSON
+``PRESET,GROUP,BLOCK_KV,SPLITS[,BALANCE[,COLUMNS]]``; prints one JSON
 list, an object of checks per configuration."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ if __name__ == "__main__":
     for arg in sys.argv[1:]:
         preset, *rest = arg.split(",")
         group, block_kv, splits, *extra = (int(x) for x in rest)
-        balance, columns, norm_mma = [*extra, *(0, 8, 0)[len(extra) :]]
+        balance, columns = [*extra, *(0, 8)[len(extra) :]]
         kernel = compile_token_rows(
             preset,
             group,
@@ -55,7 +55,6 @@ if __name__ == "__main__":
             splits,
             balance=bool(balance),
             columns=columns,
-            norm_mma=bool(norm_mma),
         )
         out.append(checks(kernel.asm["ptx"]))
     print(json.dumps(out))

@@ -87,13 +87,6 @@ class AttentionConfig:
     # only -inf log-sum-exps that the merge then skips. Tables set it with split_budget where
     # the same sweep found it faster
     skip_empty: int = 0
-    # with gluon 2, the token-rows kernel's codebook keys (with norm correction: k3v4_nc,
-    # 4bit_nc, 3bit_nc): 1 sums each key's squared centroids on the matrix unit (the squared
-    # key operands times ones, one more mma.sync per step), 0 in each lane (fp16 squares
-    # converted and added in float32, then added over the row's four lanes): fewer
-    # instructions per token. Tables set it where it measured faster
-    # (docs/perf/runs/2026-12-04-token-rows-formats)
-    norm_mma: int = 0
 
 
 @dataclass(frozen=True)
@@ -129,7 +122,6 @@ _LIMITS: dict[str, tuple[int, int, bool]] = {
     "wgmma": (0, 1, False),
     "split_budget": (0, 64, False),
     "skip_empty": (0, 1, False),
-    "norm_mma": (0, 1, False),
 }
 ENV_OVERRIDES = {
     "TQ_BLOCK_KV": "block_kv",
@@ -143,7 +135,6 @@ ENV_OVERRIDES = {
     "TQ_WGMMA": "wgmma",
     "TQ_SPLIT_BUDGET": "split_budget",
     "TQ_SKIP_EMPTY": "skip_empty",
-    "TQ_NORM_MMA": "norm_mma",
 }
 # variables of knobs that no longer exist, and what replaced them: setting one is an error,
 # not silently ignored
@@ -172,6 +163,11 @@ REMOVED_ENV = {
         "the token-rows kernel builds 3-bit keys' selectors one 4-code group at a time: no table set the "
         "pairwise build, which was never timed alone on the H200"
     ),
+    "TQ_NORM_MMA": (
+        "the token-rows kernel always sums the squared centroids of keys with norm correction on the "
+        "matrix unit: on an H100 1.01-1.12x faster than the lanes' sums at decode and q_len 2, 2% "
+        "slower at q_len 4 (docs/perf/runs/2026-12-06-knobs)"
+    ),
 }
 # table fields of knobs that no longer exist: an entry that sets one is an error, so that a
 # table written before the change does not silently run another kernel
@@ -180,6 +176,7 @@ REMOVED_FIELDS = {
     "key_lut": "the portable kernel always looks 3- and 4-bit codes up in its register table",
     "selector_pairs": "the token-rows kernel builds 3-bit keys' selectors one 4-code group at a time",
     "int_values": "every kernel decodes tq_k4v4's symmetric values from their codes' bits",
+    "norm_mma": "the token-rows kernel always sums key norms on the matrix unit",
     "rotation": REMOVED_ENV["TQ_STORE_ROTATION"],
     "lean": REMOVED_ENV["TQ_STORE_LEAN"],
 }

@@ -372,9 +372,6 @@ def plan_attention(
         block_q,
         saturate_query=not facts.cast_saturates,
     )
-    if token_rows:
-        # the token-rows kernel's own compile-time argument (the other kernels have none)
-        constexprs["NORM_MMA"] = bool(cfg.norm_mma)
     options = launch_options_for(facts.name, facts.type)
     if cfg.max_registers and facts.nvidia:
         options["maxnreg"] = cfg.max_registers

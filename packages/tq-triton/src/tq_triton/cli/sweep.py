@@ -62,7 +62,6 @@ KNOB_OPTIONS = (
     ("--wgmma", "wgmma", (0, 1), "with --gluon 1 or 2: Hopper's warpgroup products for 64-row tiles on sm_90"),
     ("--split-budget", "split_budget", None, "N > 0: kv splits sized from the batch's lengths for N programs per SM"),
     ("--skip-empty", "skip_empty", (0, 1), "1: a kv split with no position for its rows writes only -inf"),
-    ("--norm-mma", "norm_mma", (0, 1), "with --gluon 2: codebook keys' norms summed on the matrix unit"),
 )
 KNOBS = tuple(field for _, field, _, _ in KNOB_OPTIONS)
 

@@ -91,11 +91,10 @@ def compile_token_rows(
     maxnreg: int = 0,
     balance: bool = False,
     columns: int = 8,
-    norm_mma: bool = False,
 ) -> Any:
     """The token-rows kernel compiled without a GPU for an NVIDIA target ``sm``, as the
     launcher specialises it (head_dim 128, 2 kv heads, 16-token blocks, ``columns`` query
-    columns: 8 or 16; ``norm_mma``: the ``AttentionConfig`` knob; tq_k4v4's symmetric values
+    columns: 8 or 16; tq_k4v4's symmetric values
     from their codes' bits, as every launch decodes them), as :func:`compile_gluon` compiles the Gluon kernel."""
     from .token_rows_kernel import token_rows_attention_kernel
 
@@ -113,7 +112,6 @@ def compile_token_rows(
         SATURATE_QUERY=False,
         BALANCE=balance,
         SKIP_EMPTY=False,
-        NORM_MMA=norm_mma,
         INT_VALUES=p.value_kind == "symmetric",
         CALIBRATED=p.calibrated,
     )

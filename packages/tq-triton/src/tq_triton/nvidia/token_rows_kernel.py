@@ -52,7 +52,7 @@ _QK3_LO2 = gl.constexpr(ptx.qk3_ptx(0, 2))
 _QK3_HI2 = gl.constexpr(ptx.qk3_ptx(1, 2))
 _QK3_2C = gl.constexpr(ptx.qk3_constraints(2))
 _QK4_2 = gl.constexpr(ptx.qk4_ptx(2))
-# the same with the key norms' sums of squares on the matrix unit (NORM_MMA)
+# the same with the key norms' sums of squares on the matrix unit (NORM_CORRECTION)
 _QK3_LO_N = gl.constexpr(ptx.qk3_ptx(0, 1, True))
 _QK3_HI_N = gl.constexpr(ptx.qk3_ptx(1, 1, True))
 _QK3_LO2_N = gl.constexpr(ptx.qk3_ptx(0, 2, True))
@@ -723,7 +723,6 @@ def token_rows_attention_kernel(
     SATURATE_QUERY: gl.constexpr,
     BALANCE: gl.constexpr = False,
     SKIP_EMPTY: gl.constexpr = False,
-    NORM_MMA: gl.constexpr = False,
     CALIBRATED: gl.constexpr = False,
     INT_VALUES: gl.constexpr = False,
 ):
@@ -735,9 +734,9 @@ def token_rows_attention_kernel(
     codes, or 3-bit codes with codebook keys (``VBITS``). ``CALIBRATED``: tq's calibrated
     formats with 4-bit keys (tq_k4v3's 3-bit Lloyd-Max values looked up in ``VCentroids``,
     the value codebook's register table; the calibration pointers as the Gluon kernel takes
-    them). ``NORM_MMA``: codebook keys' sums of squared centroids by a product of the squared
-    key operands with ones on the matrix unit (``AttentionConfig.norm_mma``), where the lanes
-    otherwise sum them. ``INT_VALUES`` (tq_k4v4, the only calibrated format with 4-bit
+    them). ``NORM_CORRECTION``: codebook keys' sums of squared centroids by a product of the
+    squared key operands with ones on the matrix unit (the formats that fold the norm need no
+    sums). ``INT_VALUES`` (tq_k4v4, the only calibrated format with 4-bit
     values): its symmetric values from their codes' bits, ``(code - 7.5) / 8``
     (``token_rows_ptx.pv4_ptx``'s symmetric step, the 1/8 in the value scales). The other
     constexprs are
@@ -748,11 +747,11 @@ def token_rows_attention_kernel(
     gl.static_assert(not INT_VALUES or (CALIBRATED and VBITS == 4), "int values: tq_k4v4's symmetric values")
     gl.static_assert(not CALIBRATED or VBITS == 3 or INT_VALUES, "calibrated 4-bit values: symmetric, from their bits")
     NCT: gl.constexpr = BLOCK_Q * G_PAD // 8
-    # the 3-bit keys' score steps for NORM_MMA (the chunk's two halves; 2: with two column tiles)
-    QK3_LO: gl.constexpr = _QK3_LO_N if NORM_MMA else _QK3_LO
-    QK3_HI: gl.constexpr = _QK3_HI_N if NORM_MMA else _QK3_HI
-    QK3_LO2: gl.constexpr = _QK3_LO2_N if NORM_MMA else _QK3_LO2
-    QK3_HI2: gl.constexpr = _QK3_HI2_N if NORM_MMA else _QK3_HI2
+    # the 3-bit keys' score steps (the chunk's two halves; 2: with two column tiles)
+    QK3_LO: gl.constexpr = _QK3_LO_N if NORM_CORRECTION else _QK3_LO
+    QK3_HI: gl.constexpr = _QK3_HI_N if NORM_CORRECTION else _QK3_HI
+    QK3_LO2: gl.constexpr = _QK3_LO2_N if NORM_CORRECTION else _QK3_LO2
+    QK3_HI2: gl.constexpr = _QK3_HI2_N if NORM_CORRECTION else _QK3_HI2
     # the 4-bit value step: uniform values, or tq_k4v4's symmetric ones (INT_VALUES)
     PV4_STEP: gl.constexpr = (_PV4S if NCT == 1 else _PV4S_2) if INT_VALUES else (_PV4 if NCT == 1 else _PV4_2)
     MT: gl.constexpr = BLOCK_KV // 16
@@ -961,7 +960,7 @@ def token_rows_attention_kernel(
                         words = ((k0, k1, k2, k3, k4, k5), (k0, k1, k2, k3, k4, k5))
                     if NCT == 1:
                         c0, c1, c2, c3, sq0, sq1 = gl.inline_asm_elementwise(
-                            (_QK4_N if NORM_MMA else _QK4) if KBITS == 4 else QK3_LO,
+                            (_QK4_N if NORM_CORRECTION else _QK4) if KBITS == 4 else QK3_LO,
                             _QK4_C if KBITS == 4 else _QK3_C,
                             words[0] + (la, lb, ha, hb, q0, q1, q2, q3, q4, q5, q6, q7, zc, zc, zc, zc, zc, zc),
                             dtype=(gl.float32,) * 6,
@@ -969,7 +968,7 @@ def token_rows_attention_kernel(
                             pack=1,
                         )
                         s00, s01, s10, s11, sq0, sq1 = gl.inline_asm_elementwise(
-                            (_QK4_N if NORM_MMA else _QK4) if KBITS == 4 else QK3_HI,
+                            (_QK4_N if NORM_CORRECTION else _QK4) if KBITS == 4 else QK3_HI,
                             _QK4_C if KBITS == 4 else _QK3_C,
                             words[1] + (la, lb, ha, hb, q8, q9, q10, q11, q12, q13, q14, q15, c0, c1, c2, c3, sq0, sq1),
                             dtype=(gl.float32,) * 6,
@@ -978,7 +977,7 @@ def token_rows_attention_kernel(
                         )
                     else:
                         c0, c1, c2, c3, d0, d1, d2, d3, sq0, sq1 = gl.inline_asm_elementwise(
-                            (_QK4_2N if NORM_MMA else _QK4_2) if KBITS == 4 else QK3_LO2,
+                            (_QK4_2N if NORM_CORRECTION else _QK4_2) if KBITS == 4 else QK3_LO2,
                             _QK4_2C if KBITS == 4 else _QK3_2C,
                             words[0]
                             + (la, lb, ha, hb, q0, q1, q2, q3, q4, q5, q6, q7, p0, p1, p2, p3, p4, p5, p6, p7)
@@ -988,7 +987,7 @@ def token_rows_attention_kernel(
                             pack=1,
                         )
                         s00, s01, s10, s11, t00, t01, t10, t11, sq0, sq1 = gl.inline_asm_elementwise(
-                            (_QK4_2N if NORM_MMA else _QK4_2) if KBITS == 4 else QK3_HI2,
+                            (_QK4_2N if NORM_CORRECTION else _QK4_2) if KBITS == 4 else QK3_HI2,
                             _QK4_2C if KBITS == 4 else _QK3_2C,
                             words[1]
                             + (la, lb, ha, hb, q8, q9, q10, q11, q12, q13, q14, q15)
@@ -997,19 +996,13 @@ def token_rows_attention_kernel(
                             is_pure=True,
                             pack=1,
                         )
-                    # each key row's norm over its centroids' norm: the row's sum over its 4 lanes
-                    # (NORM_MMA: the matrix unit's, already whole in each lane)
-                    if NORM_MMA:
-                        n2_0 = sq0
-                        n2_1 = sq1
-                    else:
-                        n2_0 = gl.sum(sq0, axis=1)[:, None, :]
-                        n2_1 = gl.sum(sq1, axis=1)[:, None, :]
+                    # each key row's norm over its centroids' norm (the matrix unit's sum, whole
+                    # in each of the row's lanes)
                     kf0 = kn0.to(gl.float32)
                     kf1 = kn1.to(gl.float32)
                     if NORM_CORRECTION:
-                        kf0 = gl.where(n2_0 > 0, kf0 * gl.rsqrt(n2_0), 0.0)
-                        kf1 = gl.where(n2_1 > 0, kf1 * gl.rsqrt(n2_1), 0.0)
+                        kf0 = gl.where(sq0 > 0, kf0 * gl.rsqrt(sq0), 0.0)
+                        kf1 = gl.where(sq1 > 0, kf1 * gl.rsqrt(sq1), 0.0)
                     s00 = s00 * kf0
                     s01 = s01 * kf0
                     s10 = s10 * kf1

@@ -59,22 +59,9 @@ def _group_bits(group: int, words: tuple[str, str, str]) -> str:
     }[group]
 
 
-def _squares(a: str, b: str, sq: str) -> str:
-    """The squares of the four fp16 centroids in pairs ``a``, ``b`` added to float32 ``sq``:
-    two terms per fp16 half, each half then converted, as ``key_lut``'s lookup sums them."""
-    return f"""mul.rn.f16x2 q, {a}, {a};
-fma.rn.f16x2 q, {b}, {b}, q;
-mov.b32 {{q0, q1}}, q;
-cvt.f32.f16 f0, q0;
-cvt.f32.f16 f1, q1;
-add.f32 f0, f0, f1;
-add.f32 {sq}, {sq}, f0;"""
-
-
-def _lookup3(group: int, words: tuple[str, str, str], a: str, b: str, sq: str | None) -> str:
-    """The four centroids of group ``group`` as fp16 pairs ``a`` (codes 0, 1) and ``b`` (2, 3),
-    and their squares added to ``sq`` (float32; two terms per fp16 half, as ``key_lut``'s
-    lookup sums them; ``None``: not summed here). The selector nibbles as
+def _lookup3(group: int, words: tuple[str, str, str], a: str, b: str) -> str:
+    """The four centroids of group ``group`` as fp16 pairs ``a`` (codes 0, 1) and ``b`` (2, 3).
+    The selector nibbles as
     ``key_lut.selectors_fn`` makes them; the two ``lop3`` leave other bits behind, which the
     last ``and`` clears (a selector nibble's bit 3 would switch ``prmt`` to sign replication)."""
     return f"""{_group_bits(group, words)}
@@ -83,20 +70,20 @@ lop3.b32 t, x, y, 0x3F, 0xE4;
 shl.b32 y, t, 1;
 lop3.b32 t, t, y, 0x0707, 0xE4;
 and.b32 t, t, 0x7777;
-{_table_lookup(a, b, sq)}"""
+{_table_lookup(a, b)}"""
 
 
-def _table_lookup(a: str, b: str, sq: str | None) -> str:
+def _table_lookup(a: str, b: str) -> str:
     """The four centroids the selector nibbles in ``t`` name, from the register table, as fp16
-    pairs ``a`` and ``b``, their squares added to ``sq`` (``None``: not summed here)."""
+    pairs ``a`` and ``b``."""
     return f"""prmt.b32 l, $LA, $LB, t;
 prmt.b32 h, $HA, $HB, t;
 prmt.b32 {a}, l, h, 0x5140;
-prmt.b32 {b}, l, h, 0x7362;""" + (f"\n{_squares(a, b, sq)}" if sq else "")
+prmt.b32 {b}, l, h, 0x7362;"""
 
 
-# the matrix unit's sums of squares (``mma_norms``): squared A registers times a B of ones,
-# so that every column of the product holds each key row's sum over the step's 16 positions
+# the matrix unit's sums of squares (``norms``): squared A registers times a B of ones, so
+# that every column of the product holds each key row's sum over the step's 16 positions
 _NORM_REGS = ".reg .b32 one, p0, p1, p2, p3;\n.reg .f32 n0, n1, n2, n3;"
 _NORM_STEP = f"""mul.rn.f16x2 p0, ag, ag;
 mul.rn.f16x2 p1, ak, ak;
@@ -111,14 +98,14 @@ def _numbered(text: str, names: dict[str, int]) -> str:
     return text
 
 
-def _qk_block(body: list[str], regs: str, c_in: int, nct: int, mma_norms: bool = False) -> str:
+def _qk_block(body: list[str], regs: str, c_in: int, nct: int, norms: bool) -> str:
     """A codebook-key score block of ``nct`` column tiles: its registers, the ``C`` fragments
     read from ``$c_in ..`` (four per column tile) and the two sums of squares from the next two
     operands, ``body``, then ``$0 ..`` the fragments and the two sums after them. With
-    ``mma_norms`` the sums live in the norm product's ``C`` registers ``n0 .. n3`` (rows ``g``:
-    ``n0``, ``n1``; ``g + 8``: ``n2``, ``n3``; all columns alike)."""
+    ``norms`` the sums live in the norm product's ``C`` registers ``n0 .. n3`` (rows ``g``:
+    ``n0``, ``n1``; ``g + 8``: ``n2``, ``n3``; all columns alike); without, they pass through."""
     c = 4 * nct
-    if mma_norms:
+    if norms:
         sums_in = [
             f"mov.f32 n0, ${c_in + c};",
             "mov.f32 n1, n0;",
@@ -129,14 +116,13 @@ def _qk_block(body: list[str], regs: str, c_in: int, nct: int, mma_norms: bool =
         sums_out = [f"mov.f32 ${c}, n0;", f"mov.f32 ${c + 1}, n2;"]
         regs = f"{regs}\n{_NORM_REGS}"
     else:
-        sums_in = [f"mov.f32 sg, ${c_in + c};", f"mov.f32 sk, ${c_in + c + 1};"]
-        sums_out = [f"mov.f32 ${c}, sg;", f"mov.f32 ${c + 1}, sk;"]
+        sums_in = []
+        sums_out = [f"mov.f32 ${c}, ${c_in + c};", f"mov.f32 ${c + 1}, ${c_in + c + 1};"]
     return "\n".join(
         [
             "{",
             regs,
-            ".reg .b16 q0, q1;",
-            f".reg .f32 f0, f1, sg, sk, {', '.join(f'c{i}' for i in range(c))};",
+            f".reg .f32 {', '.join(f'c{i}' for i in range(c))};",
             *(f"mov.f32 c{i}, ${c_in + i};" for i in range(c)),
             *sums_in,
             *body,
@@ -158,29 +144,28 @@ def _mmas(a: str, b_first: int, nct: int) -> list[str]:
     ]
 
 
-def qk3_ptx(half: int, nct: int = 1, mma_norms: bool = False) -> str:
+def qk3_ptx(half: int, nct: int = 1, norms: bool = False) -> str:
     """Four steps (``4 half .. 4 half + 3``) of ``S^T`` for 3-bit codebook keys into ``nct``
     column tiles of 8 queries. With ``n = 4 nct`` and ``o = n + 2``: outputs ``$0..$(n-1)`` the
     ``C`` fragments (four per column tile), ``$n``, ``$(n+1)`` the sums of squared centroids of
     key rows ``g`` and ``g + 8`` so far. Inputs: ``$o..$(o+2)`` the chunk words of row ``g``,
     ``$(o+3)..$(o+5)`` of row ``g + 8``, ``$(o+6)..$(o+9)`` the register table
     (``key_lut.lut_words``), then eight ``B`` registers per column tile (the query's, of the
-    four steps), the ``C`` fragments so far and the two sums so far. ``mma_norms``: the sums
-    come from the matrix unit (:func:`_qk_block`) and are each key row's whole sum, the same
-    in its four lanes; else each lane's sum over its chunk."""
+    four steps), the ``C`` fragments so far and the two sums so far. ``norms`` (the formats
+    that correct the norm): the sums come from the matrix unit (:func:`_qk_block`) and are each
+    key row's whole sum, the same in its four lanes; else the two sums pass through."""
     n = 4 * nct
     o = n + 2
     w = (f"${o}", f"${o + 1}", f"${o + 2}"), (f"${o + 3}", f"${o + 4}", f"${o + 5}")
-    sums = (None, None) if mma_norms else ("sg", "sk")
     body = []
     for s in range(4 * half, 4 * half + 4):
-        body.append(_lookup3(s, w[0], "ag", "bg", sums[0]))
-        body.append(_lookup3(s, w[1], "ak", "bk", sums[1]))
+        body.append(_lookup3(s, w[0], "ag", "bg"))
+        body.append(_lookup3(s, w[1], "ak", "bk"))
         body += _mmas("ag, ak, bg, bk", o + 10 + 2 * (s - 4 * half), nct)
-        if mma_norms:
+        if norms:
             body.append(_NORM_STEP)
-    regs = ".reg .b32 x, y, t, l, h, q, ag, bg, ak, bk;"
-    text = _qk_block(body, regs, o + 10 + 8 * nct, nct, mma_norms)
+    regs = ".reg .b32 x, y, t, l, h, ag, bg, ak, bk;"
+    text = _qk_block(body, regs, o + 10 + 8 * nct, nct, norms)
     return _numbered(text, {"LA": o + 6, "LB": o + 7, "HA": o + 8, "HB": o + 9})
 
 
@@ -192,10 +177,9 @@ def qk3_constraints(nct: int = 1) -> str:
 QK3_CONSTRAINTS = qk3_constraints()
 
 
-def _lookup4(word: str, msel: str, high: bool, a: str, b: str, sq: str | None) -> str:
+def _lookup4(word: str, msel: str, high: bool, a: str, b: str) -> str:
     """The four signed centroids of 4-bit codes 0-3 (``high``: 4-7) of ``word`` as fp16 pairs
-    ``a``, ``b`` and their squares added to ``sq`` (``None``: not summed here):
-    ``key_lut.lut16_values``' lookup of the
+    ``a``, ``b``: ``key_lut.lut16_values``' lookup of the
     symmetric codebook's magnitudes by the magnitude selectors ``msel``, the sign from each
     code's bit 3 (``lut_ptx.SIGN_SELECTORS``)."""
     sel_a, sel_b = SIGN_SELECTORS
@@ -217,7 +201,7 @@ xor.b32 {a}, {a}, t;
 prmt.b32 t, x, y, {sel_b:#x};
 not.b32 t, t;
 and.b32 t, t, 0x80008000;
-xor.b32 {b}, {b}, t;""" + (f"\n{_squares(a, b, sq)}" if sq else "")
+xor.b32 {b}, {b}, t;"""
 
 
 def _magnitudes(word: str, out: str) -> str:
@@ -230,13 +214,13 @@ xor.b32 t, {word}, t;
 and.b32 {out}, t, 0x77777777;"""
 
 
-def qk4_ptx(nct: int = 1, mma_norms: bool = False) -> str:
+def qk4_ptx(nct: int = 1, norms: bool = False) -> str:
     """Four steps of ``S^T`` for 4-bit codebook keys of a symmetric codebook into ``nct``
     column tiles: two words (8 codes each) per key row, step ``2 w + h`` on word ``w``'s codes
     ``4 h .. 4 h + 3``. Outputs as :func:`qk3_ptx`'s. Inputs, from ``o = 4 nct + 2``:
     ``$o``, ``$(o+1)`` the words of row ``g``, ``$(o+2)``, ``$(o+3)`` of row ``g + 8``,
     ``$(o+4)..$(o+7)`` the register table of the magnitudes, then eight ``B`` registers per
-    column tile, the ``C`` fragments so far and the two sums so far (``mma_norms`` as
+    column tile, the ``C`` fragments so far and the two sums so far (``norms`` as
     :func:`qk3_ptx`'s)."""
     n = 4 * nct
     o = n + 2
@@ -245,13 +229,13 @@ def qk4_ptx(nct: int = 1, mma_norms: bool = False) -> str:
         body.append(_magnitudes(f"${o + w}", "mg"))
         body.append(_magnitudes(f"${o + 2 + w}", "mk"))
         for hh in range(2):
-            body.append(_lookup4(f"${o + w}", "mg", bool(hh), "ag", "bg", None if mma_norms else "sg"))
-            body.append(_lookup4(f"${o + 2 + w}", "mk", bool(hh), "ak", "bk", None if mma_norms else "sk"))
+            body.append(_lookup4(f"${o + w}", "mg", bool(hh), "ag", "bg"))
+            body.append(_lookup4(f"${o + 2 + w}", "mk", bool(hh), "ak", "bk"))
             body += _mmas("ag, ak, bg, bk", o + 8 + 2 * (2 * w + hh), nct)
-            if mma_norms:
+            if norms:
                 body.append(_NORM_STEP)
-    regs = ".reg .b32 x, y, t, l, h, q, ag, bg, ak, bk, mg, mk;"
-    text = _qk_block(body, regs, o + 8 + 8 * nct, nct, mma_norms)
+    regs = ".reg .b32 x, y, t, l, h, ag, bg, ak, bk, mg, mk;"
+    text = _qk_block(body, regs, o + 8 + 8 * nct, nct, norms)
     return _numbered(text, {"LA": o + 4, "LB": o + 5, "HA": o + 6, "HB": o + 7})
 
 
