@@ -67,6 +67,9 @@ def compile_kernel(args: argparse.Namespace):
     if args.gather:
         # every codebook gathered one code at a time instead of through the plan's tables
         consts["KEY_LUT"] = consts["VALUE_LUT"] = False
+    if args.table_keys and consts["KEY_POLY"]:
+        # 3-bit keys looked up in the register table instead of key_poly's polynomial
+        consts["KEY_POLY"], consts["KEY_LUT"] = False, True
     table = consts["KEY_LUT"]
     params = list(inspect.signature(KERNEL.attention_kernel.fn).parameters)
     # the calibrated formats' float32 vectors: the pointers between split_programs and the
@@ -177,6 +180,12 @@ def main() -> None:
         action="store_true",
         help="gather 3- and 4-bit codebooks one code at a time instead of reading them through the plan's "
         "tables (plan.table_keys)",
+    )
+    ap.add_argument(
+        "--table-keys",
+        action="store_true",
+        help="3-bit keys looked up in key_lut's register table instead of decoded by key_poly's "
+        "polynomial (plan.poly_keys)",
     )
     ap.add_argument(
         "--gluon",

@@ -14,6 +14,7 @@ import torch
 from tq_core import Preset, key_codebook, value_codebook
 
 from .key_lut import lut_words
+from .key_poly import poly_coefficients
 
 
 @functools.cache
@@ -63,6 +64,16 @@ def cached_value_lut_table(preset: Preset, head_dim: int, device: torch.device) 
     """The register table of a calibrated format's 3- or 4-bit value codebook
     (``key_lut.lut_words``), shared by every launch (launchers only)."""
     return lut_words(cached_value_codebook(preset, head_dim, torch.device("cpu"))[1]).to(device)
+
+
+@functools.cache
+def cached_poly_coefficients(preset: Preset, head_dim: int, device: torch.device) -> torch.Tensor | None:
+    """``key_poly.poly_coefficients`` of a 3-bit key codebook on ``device`` (None: the
+    codebook has none), shared by every launch (launchers only)."""
+    if preset.key_is_fp8 or preset.key_bits != 3:
+        return None
+    coef = poly_coefficients(cached_codebook(preset, head_dim, torch.device("cpu"))[2])
+    return None if coef is None else coef.to(device)
 
 
 def lut_table(preset: Preset, head_dim: int, device: torch.device) -> torch.Tensor:

@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from ..hadamard import fwht_rows
+from ..key_poly import query_in_key_order
 from ..value_words import value_columns
 from .bounds import balanced_chunk, request_bounds
 from .online_softmax import nonfinite_rows, output_factors, row_lse, saturate
@@ -94,6 +95,7 @@ def attention_kernel(
     VALUE_LUT: tl.constexpr = False,
     INT_VALUES: tl.constexpr = False,
     VALUE_PAIRS: tl.constexpr = False,
+    KEY_POLY: tl.constexpr = False,
 ):
     """``PREFETCH``: issue each tile's loads one iteration ahead of its decoding (and its
     block ids two ahead), by hand; the loop then carries no ``num_stages`` of its own
@@ -173,6 +175,9 @@ def attention_kernel(
                 # the same saturation by hand, where the cast is not known to saturate
                 q = saturate(q)
             q16 = q.to(tl.float16, fp_downcast_rounding="rtz")
+            if KEY_POLY:
+                # the decoded keys' columns are in key_poly.key_columns' order
+                q16 = query_in_key_order(q16, BLOCK_M, D)
 
             m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
             l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -268,6 +273,7 @@ def attention_kernel(
                     VALUE_LUT=VALUE_LUT,
                     INT_VALUES=INT_VALUES,
                     VALUE_PAIRS=VALUE_PAIRS,
+                    KEY_POLY=KEY_POLY,
                 )
 
             a, b = output_factors(l_i, r_i, f_i, q_bad)

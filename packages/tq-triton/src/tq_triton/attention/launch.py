@@ -11,7 +11,14 @@ from tq_core import LayerCalibration, Preset, RangeError, ShapeError, get_preset
 from tq_core.contract import check_attention_args, debug_enabled
 
 from ..device import device_facts
-from ..device_tensors import cached_codebook, cached_lut_table, cached_value_codebook, cached_value_lut_table, dummy
+from ..device_tensors import (
+    cached_codebook,
+    cached_lut_table,
+    cached_poly_coefficients,
+    cached_value_codebook,
+    cached_value_lut_table,
+    dummy,
+)
 from ..nvidia.gluon_launch import launch_gluon, launch_token_rows
 from ..tuning import AttentionConfig
 from .kernel import MERGE_WARPS, attention_kernel, merge_kernel
@@ -185,11 +192,12 @@ def attention(
         plan.split_programs,
     )
 
-    def kernel_args(key_table: bool, value_table: bool) -> tuple:
+    def kernel_args(key_table: bool, value_table: bool, key_poly: bool = False) -> tuple:
         """Every kernel's positional arguments; ``key_table`` / ``value_table``: the key and
         value codebooks as ``key_lut``'s register tables (the Gluon kernels always, the
-        portable one where its ``KEY_LUT`` / ``VALUE_LUT`` ask for them)."""
-        keys = _centroids(p, d, dev, key_table)
+        portable one where its ``KEY_LUT`` / ``VALUE_LUT`` ask for them); ``key_poly``: the
+        keys as ``key_poly``'s constants (the portable kernel's ``KEY_POLY``)."""
+        keys = cached_poly_coefficients(p, d, dev) if key_poly else _centroids(p, d, dev, key_table)
         head = (query, kv_cache, block_table, seq_lens, query_start_loc, keys)
         return (*head, *tail_args, *_calibration_args(p, calibration, d, dev, value_table))
 
@@ -203,7 +211,7 @@ def attention(
     )
     if not gluon:
         attention_kernel[grid](
-            *kernel_args(bool(cx["KEY_LUT"]), bool(cx["VALUE_LUT"])),
+            *kernel_args(bool(cx["KEY_LUT"]), bool(cx["VALUE_LUT"]), bool(cx["KEY_POLY"])),
             **cx,
             num_warps=plan.cfg.num_warps,
             **plan.options,

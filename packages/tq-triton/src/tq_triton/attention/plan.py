@@ -18,12 +18,14 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
+import torch
 import triton
 
 from tq_core import Preset
 from tq_core.contract import debug_enabled
 
 from ..device import DeviceFacts
+from ..device_tensors import cached_poly_coefficients
 from ..tuning import AttentionConfig, attention_config_for, launch_options_for
 
 # the longest q_len per request that the tiles are planned for; longer requests are
@@ -203,6 +205,14 @@ def table_keys(preset: Preset) -> bool:
     return not preset.key_is_fp8 and preset.key_bits in (3, 4)
 
 
+def poly_keys(preset: Preset, head_dim: int) -> bool:
+    """The portable kernel's ``KEY_POLY``: 3-bit codebook keys decoded by ``key_poly``'s fp16
+    polynomial, two codes per operation (``Centroids`` is then its constants), where its
+    search found constants that give the codebook bit for bit (every shipped 3-bit codebook
+    at head_dim 64, 128 and 256)."""
+    return cached_poly_coefficients(preset, head_dim, torch.device("cpu")) is not None
+
+
 def table_values(preset: Preset) -> bool:
     """The portable kernel's ``VALUE_LUT``: :func:`table_keys` for the calibrated formats'
     3- and 4-bit Lloyd-Max values (``VCentroids``); other values have no codebook, and
@@ -240,11 +250,12 @@ def kernel_constexprs(
         # the prefetch mode stages loads by hand: its loop carries no num_stages
         LOOP_STAGES=None if cfg.prefetch else cfg.num_stages,
         SATURATE_QUERY=saturate_query,
-        KEY_LUT=table_keys(preset),
+        KEY_LUT=table_keys(preset) and not poly_keys(preset, fields["D"]),
         CALIBRATED=preset.calibrated,
         VALUE_LUT=table_values(preset),
         INT_VALUES=preset.value_kind == "symmetric",
         VALUE_PAIRS=value_pairs(preset),
+        KEY_POLY=poly_keys(preset, fields["D"]),
     )
 
 

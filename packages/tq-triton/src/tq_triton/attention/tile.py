@@ -24,6 +24,7 @@ import triton.language as tl
 from ..bitpack import load_words, unpack
 from ..cache_fields import FP16_BYTES, field_ptr
 from ..codebook_decode import codebook_tile
+from ..key_poly import poly_keys
 from .online_softmax import row_sum, tile_step, value_mid
 
 
@@ -138,6 +139,7 @@ def attend_tile(
     VALUE_LUT: tl.constexpr = False,
     INT_VALUES: tl.constexpr = False,
     VALUE_PAIRS: tl.constexpr = False,
+    KEY_POLY: tl.constexpr = False,
 ):
     """Decode one loaded tile (:func:`load_tile`'s tuple) and fold it into the online
     softmax state ``(m_i, l_i, acc, r_i, f_i)``, which it returns updated, by
@@ -163,7 +165,12 @@ def attend_tile(
         k16 = ckw[0].to(tl.float8e4nv, bitcast=True).to(tl.float16)
         s = tl.dot(q16, tl.trans(k16))
     else:
-        k16, cn2 = codebook_tile(ckw, Centroids, KBITS, BLOCK_KV, D, KEY_LUT)
+        if KEY_POLY:
+            # 3-bit keys by key_poly's polynomial (Centroids: its constants), in
+            # key_poly.key_columns' order, as the query is
+            k16, cn2 = poly_keys(ckw[0], ckw[1], ckw[2], Centroids, BLOCK_KV, D)
+        else:
+            k16, cn2 = codebook_tile(ckw, Centroids, KBITS, BLOCK_KV, D, KEY_LUT)
         if q16.shape[0] >= 64:
             # no-op for the result (masked tokens' scores are discarded below); it pins the
             # tile's layout: without it Triton 3.6 moves the dot operand's shared-memory

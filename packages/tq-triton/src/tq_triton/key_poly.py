@@ -1,0 +1,151 @@
+"""3-bit codebook keys decoded by a polynomial in fp16 arithmetic, two codes per operation.
+
+A 3-bit Lloyd-Max codebook is odd-symmetric: centroid ``7 - c`` is ``-centroid[c]``. With
+``t = s (c - 3.5)`` (``s`` a power of two), centroid ``c`` is an odd polynomial of degree 7
+in ``t``, ``t (a1 + a3 t^2 + a5 t^4 + a7 t^6)``, whose four coefficients interpolate the
+four positive centroids. :func:`poly_coefficients` searches fp16 coefficients near the
+real interpolant for which Horner's rule in fp16 gives every centroid **bit for bit**,
+whichever way a compiler or device evaluates it: each multiply-add fused or rounded twice,
+or the whole polynomial in float32 and rounded once. So the decoded keys are the codebook's
+fp16 values, as the register table (``key_lut``) gives them, on every backend.
+
+Each thread holds two codes per 32-bit word (16 bits apart, ``0x6400 | code`` is the fp16
+number ``1024 + code``), so the polynomial runs on fp16 pairs: about 4 operations per
+code, where the register table's byte picks cost about 9 in plain Triton. The pairs put
+position ``4G + k + 16h`` of each 32-code chunk at column ``8G + 2k + h``
+(:func:`key_columns`); the query is permuted into that order once per program
+(:func:`query_in_key_order`), which leaves every score unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from .key_lut import group_selectors
+
+# the polynomial's variable is s (c - 3.5): s = 1/4 keeps every coefficient a normal fp16
+# number for tq's codebooks (head_dim 64, 128 and 256); then 1/2 and 1/8 are tried
+_SCALES = (0.25, 0.5, 0.125)
+# how far from the real interpolant's coefficients (in fp16 steps) the search looks
+_RADIUS = 6
+
+
+def _r16(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, dtype=np.float32).astype(np.float16).astype(np.float32)
+
+
+def _evaluations(coef: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Horner's rule for each coefficient row ``[a1, a3, a5, a7]`` of ``coef`` ``[N, 4]`` at
+    each ``t`` ``[P]``, as every evaluation order the kernel may be compiled to computes it:
+    each of the three multiply-adds fused (one rounding; the product of two fp16 numbers is
+    exact in float32) or not, and the whole in float32 with one rounding at the end.
+    Returns ``[9, N, P]`` fp16 results as float32."""
+    t = t[None, :]
+    t2 = _r16(t * t)
+    outs = []
+    for fused in itertools.product((False, True), repeat=3):
+        u = coef[:, 3:4] + 0 * t
+        for step, i in enumerate((2, 1, 0)):
+            a = coef[:, i : i + 1]
+            u = _r16(u * t2 + a) if fused[step] else _r16(_r16(u * t2) + a)
+        outs.append(_r16(u * t))
+    u = coef[:, 3:4] + 0 * t
+    for i in (2, 1, 0):
+        u = u * (t * t) + coef[:, i : i + 1]
+    outs.append(_r16(u * t))
+    return np.stack(outs)
+
+
+@functools.cache
+def _search(cent_bits: bytes) -> tuple[float, ...] | None:
+    cent = np.frombuffer(cent_bits, dtype=np.float16)
+    want = cent.astype(np.float32)
+    for s in _SCALES:
+        t = ((np.arange(8) - 3.5) * s).astype(np.float32)
+        vander = np.stack([t[4:].astype(np.float64) ** (2 * i + 1) for i in range(4)], 1)
+        real = np.linalg.solve(vander, cent[4:].astype(np.float64))
+        bits = real.astype(np.float16).view(np.uint16).astype(np.int64)
+        offsets = np.array(list(itertools.product(range(-_RADIUS, _RADIUS + 1), repeat=4)))
+        near = np.abs(offsets).sum(axis=1).argsort(kind="stable")
+        offsets = offsets[near]
+        coef = (bits[None, :] + offsets).astype(np.uint16).view(np.float16).astype(np.float32)
+        exact = (_evaluations(coef, t) == want[None, None, :]).all(axis=(0, 2))
+        normal = (np.abs(coef) >= 2.0**-14).all(axis=1) & np.isfinite(coef).all(axis=1)
+        found = np.nonzero(exact & normal)[0]
+        if len(found):
+            a = coef[found[0]]
+            return (s, -3.5 * s, float(a[0]), float(a[1]), float(a[2]), float(a[3]))
+    return None
+
+
+def poly_coefficients(centroids_fp16: torch.Tensor) -> torch.Tensor | None:
+    """The fp16 constants ``[s, -3.5 s, a1, a3, a5, a7]`` that decode the 8-entry
+    codebook ``centroids_fp16`` bit for bit (see the module's docstring), or None where the
+    codebook is not odd-symmetric or no such coefficients lie near the interpolant."""
+    if centroids_fp16.dtype != torch.float16 or centroids_fp16.numel() != 8:
+        got = f"{centroids_fp16.dtype} {tuple(centroids_fp16.shape)}"
+        raise ValueError(f"poly_coefficients: expected 8 fp16 centroids, got {got}")
+    cent = centroids_fp16.detach().cpu()
+    if not torch.equal(cent, -cent.flip(0)) or not bool((cent[4:] > 0).all()):
+        return None
+    found = _search(cent.numpy().tobytes())
+    return None if found is None else torch.tensor(found, dtype=torch.float16)
+
+
+def key_columns(d: torch.Tensor) -> torch.Tensor:
+    """The head_dim index that column ``d`` of a decoded key tile holds: column
+    ``32 ch + 8 G + 2 k + h`` holds position ``32 ch + 4 G + k + 16 h``."""
+    ch, f = d // 32, d % 32
+    g, k, h = f // 8, (f // 2) % 4, f % 2
+    return 32 * ch + 4 * g + k + 16 * h
+
+
+@triton.jit
+def query_in_key_order(q, M: tl.constexpr, D: tl.constexpr):
+    """The query ``[M, D]`` with its columns in :func:`key_columns`' order."""
+    return tl.permute(q.reshape(M, D // 32, 2, 4, 4), (0, 1, 3, 4, 2)).reshape(M, D)
+
+
+@triton.jit
+def _group_pair(w0, w1, w2, G: tl.constexpr):
+    """The selector nibbles of groups ``G`` (bits 0-15) and ``G + 4`` (bits 16-31)."""
+    return group_selectors(w0, w1, w2, G) | (group_selectors(w0, w1, w2, G + 4) << 16)
+
+
+@triton.jit
+def _codes_pair(p, K: tl.constexpr):
+    """Code ``K`` of both groups of ``p`` as the fp16 pair ``1024 + code``."""
+    return ((p >> (4 * K)) & 0x00070007) | 0x64006400
+
+
+@triton.jit
+def poly_keys(w0, w1, w2, Coef, T: tl.constexpr, D: tl.constexpr):
+    """fp16 centroids ``[T, D]`` of a 3-bit key tile in :func:`key_columns`' order, and
+    each token's squared centroid norm ``[T]`` (float32, as ``key_lut.lut_keys`` sums it).
+    ``w0, w1, w2``: the chunk words ``[T, D // 32]`` (uint32); ``Coef``: fp16 pointer to
+    :func:`poly_coefficients`' constants."""
+    s = tl.load(Coef)
+    b = tl.load(Coef + 1)
+    a1 = tl.load(Coef + 2)
+    a3 = tl.load(Coef + 3)
+    a5 = tl.load(Coef + 4)
+    a7 = tl.load(Coef + 5)
+    # [T, D // 32, 2, 2]: group pairs G = 0..3 in order, then each pair's codes k = 0..3
+    p02 = tl.join(_group_pair(w0, w1, w2, 0), _group_pair(w0, w1, w2, 2))
+    p = tl.join(p02, tl.join(_group_pair(w0, w1, w2, 1), _group_pair(w0, w1, w2, 3)))
+    x = tl.join(tl.join(_codes_pair(p, 0), _codes_pair(p, 2)), tl.join(_codes_pair(p, 1), _codes_pair(p, 3)))
+    # each word's halves, low first: column 8 G + 2 k + h
+    halves = tl.join(x.to(tl.uint16), (x >> 16).to(tl.uint16)).to(tl.float16, bitcast=True)
+    c = halves.reshape(T, D) - 1024.0
+    t = c * s + b
+    t2 = t * t
+    k16 = ((a7 * t2 + a5) * t2 + a3) * t2 + a1
+    k16 = k16 * t
+    kf = k16.to(tl.float32)
+    return k16, tl.sum(kf * kf, axis=1)
