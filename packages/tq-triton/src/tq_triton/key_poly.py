@@ -91,7 +91,7 @@ def poly_coefficients(centroids_fp16: torch.Tensor) -> torch.Tensor | None:
     if centroids_fp16.dtype != torch.float16 or centroids_fp16.numel() != 8:
         got = f"{centroids_fp16.dtype} {tuple(centroids_fp16.shape)}"
         raise ValueError(f"poly_coefficients: expected 8 fp16 centroids, got {got}")
-    cent = centroids_fp16.detach().cpu()
+    cent = centroids_fp16.detach().cpu().reshape(8)
     if not torch.equal(cent, -cent.flip(0)) or not bool((cent[4:] > 0).all()):
         return None
     found = _search(cent.numpy().tobytes())
@@ -125,6 +125,12 @@ def _codes_pair(p, K: tl.constexpr):
 
 
 @triton.jit
+def _pairs_in_order(x0, x1, x2, x3):
+    """``[..., 2, 2]`` of the four pair words in order ``x0, x1, x2, x3``."""
+    return tl.join(tl.join(x0, x2), tl.join(x1, x3))
+
+
+@triton.jit
 def poly_keys(w0, w1, w2, Coef, T: tl.constexpr, D: tl.constexpr):
     """fp16 centroids ``[T, D]`` of a 3-bit key tile in :func:`key_columns`' order, and
     each token's squared centroid norm ``[T]`` (float32, as ``key_lut.lut_keys`` sums it).
@@ -137,15 +143,21 @@ def poly_keys(w0, w1, w2, Coef, T: tl.constexpr, D: tl.constexpr):
     a5 = tl.load(Coef + 4)
     a7 = tl.load(Coef + 5)
     # [T, D // 32, 2, 2]: group pairs G = 0..3 in order, then each pair's codes k = 0..3
-    p02 = tl.join(_group_pair(w0, w1, w2, 0), _group_pair(w0, w1, w2, 2))
-    p = tl.join(p02, tl.join(_group_pair(w0, w1, w2, 1), _group_pair(w0, w1, w2, 3)))
-    x = tl.join(tl.join(_codes_pair(p, 0), _codes_pair(p, 2)), tl.join(_codes_pair(p, 1), _codes_pair(p, 3)))
+    p = _pairs_in_order(
+        _group_pair(w0, w1, w2, 0), _group_pair(w0, w1, w2, 1), _group_pair(w0, w1, w2, 2), _group_pair(w0, w1, w2, 3)
+    )
+    x = _pairs_in_order(_codes_pair(p, 0), _codes_pair(p, 1), _codes_pair(p, 2), _codes_pair(p, 3))
     # each word's halves, low first: column 8 G + 2 k + h
-    halves = tl.join(x.to(tl.uint16), (x >> 16).to(tl.uint16)).to(tl.float16, bitcast=True)
-    c = halves.reshape(T, D) - 1024.0
+    c = fp16_halves(x).reshape(T, D) - 1024.0
     t = c * s + b
     t2 = t * t
     k16 = ((a7 * t2 + a5) * t2 + a3) * t2 + a1
     k16 = k16 * t
     kf = k16.to(tl.float32)
     return k16, tl.sum(kf * kf, axis=1)
+
+
+@triton.jit
+def fp16_halves(x):
+    """The two fp16 halves of the 32-bit words ``x`` (low half first, in a new last axis)."""
+    return tl.join(x.to(tl.uint16), (x >> 16).to(tl.uint16)).to(tl.float16, bitcast=True)

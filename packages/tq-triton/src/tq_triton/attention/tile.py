@@ -24,7 +24,7 @@ import triton.language as tl
 from ..bitpack import load_words, unpack
 from ..cache_fields import FP16_BYTES, field_ptr
 from ..codebook_decode import codebook_tile
-from ..key_poly import poly_keys
+from ..key_poly import fp16_halves, poly_keys
 from .online_softmax import row_sum, tile_step, value_mid
 
 
@@ -90,12 +90,6 @@ def load_tile(
 
 
 @triton.jit
-def _half_pair(x):
-    """The two fp16 halves of the 32-bit words ``x`` (low half first, in a new last axis)."""
-    return tl.join(x.to(tl.uint16), (x >> 16).to(tl.uint16)).to(tl.float16, bitcast=True)
-
-
-@triton.jit
 def value_pairs(w, T: tl.constexpr, D: tl.constexpr):
     """Uniform 4-bit value codes ``[T, D]`` minus 8 as fp16, two per 32-bit operation, in
     ``value_words.value_columns``' column order: nibbles ``J`` and ``J + 4`` of each word
@@ -108,7 +102,7 @@ def value_pairs(w, T: tl.constexpr, D: tl.constexpr):
     # word J of each group of four: join(join(x0, x2), join(x1, x3)) reshapes to x0..x3; then
     # each word's halves, low first: column 8 w + 2 J + h
     x = tl.join(tl.join(x0, x2), tl.join(x1, x3)).reshape(T, D // 2)
-    return _half_pair(x).reshape(T, D) - 1032.0
+    return fp16_halves(x).reshape(T, D) - 1032.0
 
 
 @triton.jit
