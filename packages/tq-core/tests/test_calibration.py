@@ -647,3 +647,31 @@ def test_held_out_report_refuses_statistics_of_another_model(gen):
     q4, k4, v4, _ = _samples(gen, 2, 1, 3, 10, 8)
     with pytest.raises(tq_core.ShapeError, match=r"shape \(1, 8\), the calibration's \(2, 8\)"):
         tq_core.calibration.expected_score_error(cal, _one_layer(q4, k4, v4))
+
+
+def test_the_identity_calibration_codes_vectors_as_they_are(tmp_path):
+    # "none" (tq eval --calibration none, tq-vllm's "tq_calibration": "none"): offsets 0 and
+    # gains 1, so coding and uncoding return every key and value unchanged, at position 0 too
+    lay = LayerCalibration.identity(3, 64)
+    gen = torch.Generator().manual_seed(5)
+    k, v = randn(gen, 5, 3, 64, scale=7.0), randn(gen, 5, 3, 64) - 3
+    first = torch.tensor([True, False, False, True, False])
+    for f in (first, None):
+        ck, cv = lay.code(k, v, f)
+        assert torch.equal(ck, k) and torch.equal(cv, v)
+        uk, uv = lay.uncode(ck, cv, f)
+        assert torch.equal(uk, k) and torch.equal(uv, v)
+    cal = Calibration.identity(4, 3, 64)
+    cal.check_model(4, 3, 64)
+    assert tq_core.NO_CALIBRATION == "none" and cal.meta["text"].startswith("none")
+    cal.save(tmp_path / "id.cal")
+    back = Calibration.load(tmp_path / "id.cal")
+    assert all(
+        torch.equal(a.key_gain, b.key_gain) and torch.equal(a.value_offset, b.value_offset)
+        for a, b in zip(cal.layers, back.layers, strict=True)
+    )
+    for bad in ((0, 64), (3, 0), (3.0, 64), (True, 64)):
+        with pytest.raises(tq_core.ShapeError, match="identity calibration"):
+            LayerCalibration.identity(*bad)
+    with pytest.raises(tq_core.ShapeError, match="identity calibration"):
+        Calibration.identity(0, 3, 64)

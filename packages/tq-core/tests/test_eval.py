@@ -378,3 +378,24 @@ def test_the_table_says_where_the_calibration_came_from():
     old = render(_result("old.cal", {"calibration": {"window": 256, "windows": 2, "text": "stdlib docstrings"}}))
     assert "calibration (read from old.cal): windows of 256 tokens: 2 of stdlib docstrings" in old
     assert "calibration" not in render(_result(None, {})).split("every token")[0]
+
+
+def test_calibration_none_is_the_identity_of_the_models_shape():
+    # tq eval --calibration none: no file, no calibration pass; offsets 0 and gains 1 in every
+    # layer, shaped from the model's config
+    from types import SimpleNamespace
+
+    from tq_core import LayerCalibration
+
+    config = SimpleNamespace(
+        num_attention_heads=9, num_key_value_heads=3, head_dim=64, hidden_size=576, num_hidden_layers=5
+    )
+    said = []
+    model = SimpleNamespace(config=config)
+    cal = run._calibration(run.EvalConfig(calibration="none"), model, None, 5, "m", said.append)
+    cal.check_model(5, 3, 64)
+    for lay in cal.layers:
+        for name in LayerCalibration.__dataclass_fields__:
+            want = torch.ones(3, 64) if name.endswith("gain") else torch.zeros(3, 64)
+            assert torch.equal(getattr(lay, name), want), name
+    assert said == ["no calibration: offsets 0, gains 1"]

@@ -22,7 +22,11 @@ def test_format_choice_from_additional_config():
     assert choice is not None and choice.preset.name == "tq_k4v3" and choice.calibration_path == "/x.cal"
     with pytest.raises(PresetError, match="expected one of"):
         format_choice({"tq_format": "turboquant_k3v4_nc", "tq_calibration": "/x.cal"})
-    with pytest.raises(PresetError, match="needs 'tq_calibration'"):
+    assert not choice.uncalibrated
+    # "none": no file, the identity calibration (the error for a missing one offers it)
+    none = format_choice({"tq_format": "tq_k4v4", "tq_calibration": "none"})
+    assert none is not None and none.uncalibrated
+    with pytest.raises(PresetError, match=r"needs 'tq_calibration'.*or 'none' to serve without one"):
         format_choice({"tq_format": "tq_k4v4"})
 
 

@@ -238,10 +238,13 @@ def calibration_file(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize(("fmt", "slot"), [("tq_k4v3", 60), ("tq_k4v4", 68)])
-def test_calibrated_format_through_additional_config(model, calibration_file, fmt, slot):
+@pytest.mark.parametrize(
+    ("fmt", "slot", "no_file"), [("tq_k4v3", 60, False), ("tq_k4v4", 68, False), ("tq_k4v3", 60, True)]
+)
+def test_calibrated_format_through_additional_config(model, calibration_file, fmt, slot, no_file):
     """`--kv-cache-dtype turboquant_k3v4_nc --additional-config '{"tq_format": "tq_k4v3",
-    "tq_calibration": FILE}'` (and tq_k4v4 on turboquant_4bit_nc, its symmetric values):
+    "tq_calibration": FILE}'` (and tq_k4v4 on turboquant_4bit_nc, its symmetric values; and
+    `"tq_calibration": "none"`, the identity calibration, no file):
     vLLM allocates the format's slots (60 or 68 bytes), every stored token reads back within
     the code's error when decoded with the position vLLM's metadata gives it, decode and
     verify rows match the float64 reference over the calibrated cache, and n-gram
@@ -249,7 +252,7 @@ def test_calibrated_format_through_additional_config(model, calibration_file, fm
     from tq_core import get_preset
     from tq_vllm.calibrated import CARRIER
 
-    cfg = {"tq_format": fmt, "tq_calibration": calibration_file}
+    cfg = {"tq_format": fmt, "tq_calibration": "none" if no_file else calibration_file}
     plain = run_vllm(model, CARRIER[fmt], additional_config=cfg)
     spec = run_vllm(model, CARRIER[fmt], spec=True, additional_config=cfg)
     for r in (plain, spec):

@@ -119,7 +119,7 @@ class StoreCheck:
     layer's coding map (``gain * (x - offset_p)``) is the Lloyd-Max code's relative error
     (about 0.1 at 4 bits, 0.19 at 3); a token coded against the wrong position's offsets
     is off by the offsets' difference. The layer's calibration is read here from the file
-    and the layer's name, not taken from tq's backend. Also records the slot size vLLM
+    and the layer's name (or made here for ``"none"``), not taken from tq's backend. Also records the slot size vLLM
     allocated."""
 
     def __init__(self) -> None:
@@ -167,10 +167,15 @@ class StoreCheck:
         fields = read_fields(block_fields(cache, lay), slots[keep] // bs, slots[keep] % bs)
         import re
 
-        from tq_core import Calibration
+        from tq_core import Calibration, LayerCalibration
 
         index = int(re.search(r"layers\.(\d+)\.", layer.layer_name).group(1))
-        cal = Calibration.load(self.calibration_path).layer(index).to(key.device)  # one rank: every head
+        if self.calibration_path == "none":  # the identity calibration, built here independently
+            zero = torch.zeros(cache.shape[2], impl.head_size)
+            one = torch.ones(cache.shape[2], impl.head_size)
+            cal = LayerCalibration(zero, zero, one, zero, zero, one).to(key.device)
+        else:
+            cal = Calibration.load(self.calibration_path).layer(index).to(key.device)  # one rank: every head
         first = torch.tensor(pos, device=key.device)[keep] == 0
         k_hat, v_hat = decode_fields(fields, impl.preset, impl.head_size, calibration=cal, first=first)
         k = key[:n][keep].float()

@@ -9,7 +9,7 @@ test and benchmark kit every package shares.
 from .__about__ import __version__
 from .attention import attention
 from .bitpack import pack_codes, unpack_codes
-from .calibration import Calibration, CalibrationStats, LayerCalibration
+from .calibration import NO_CALIBRATION, Calibration, CalibrationStats, LayerCalibration
 from .codebooks import Codebook, distortion, get_codebook, lloyd_max
 from .codec import decode_fields, encode_fields, key_codebook, rotate, value_codebook
 from .errors import (
@@ -32,6 +32,7 @@ from .presets import CALIBRATED_PRESETS, PRESETS, SUPPORTED_HEAD_DIMS, Preset, g
 
 __all__ = [
     "CALIBRATED_PRESETS",
+    "NO_CALIBRATION",
     "PRESETS",
     "SUPPORTED_HEAD_DIMS",
     "BackendUnavailableError",

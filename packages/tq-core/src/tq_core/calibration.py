@@ -41,6 +41,9 @@ import torch
 from .errors import CalibrationError, ShapeError
 
 FILE_FORMAT = "tq-calibration"
+# the name that asks for no calibration file (``tq eval --calibration none``, tq-vllm's
+# ``"tq_calibration": "none"``): :meth:`LayerCalibration.identity` in every layer
+NO_CALIBRATION = "none"
 FILE_VERSION = 1
 # regularisation of the per-channel statistics, as a fraction of their mean: a channel that
 # never varies gets a finite gain
@@ -69,6 +72,18 @@ class LayerCalibration:
     def __post_init__(self) -> None:
         self.check_tensors()
         self.check_values()
+
+    @classmethod
+    def identity(cls, num_kv_heads: int, head_dim: int, device: torch.device | str = "cpu") -> LayerCalibration:
+        """The calibration that changes nothing: offsets 0, gains 1. A calibrated format
+        with it codes keys and values as they are (Lloyd-Max codes of the rotated vectors,
+        and for ``tq_k4v4`` symmetric values), for serving without statistics of the model
+        (docs/accuracy.md: what that costs on SmolLM2)."""
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in (num_kv_heads, head_dim)):
+            raise ShapeError(f"identity calibration: num_kv_heads={num_kv_heads!r}, head_dim={head_dim!r}")
+        zero = torch.zeros(num_kv_heads, head_dim, dtype=torch.float32, device=device)
+        one = torch.ones(num_kv_heads, head_dim, dtype=torch.float32, device=device)
+        return cls(zero, zero.clone(), one, zero.clone(), zero.clone(), one.clone())
 
     def check_tensors(self, what: str = "") -> None:
         """Raise :class:`CalibrationError` unless the six tensors are dense float32
@@ -230,6 +245,14 @@ class Calibration:
         if not 0 <= index < len(self.layers):
             raise CalibrationError(f"calibration: has layers 0..{len(self.layers) - 1}, asked for {index}")
         return self.layers[index]
+
+    @classmethod
+    def identity(cls, num_layers: int, num_kv_heads: int, head_dim: int) -> Calibration:
+        """:meth:`LayerCalibration.identity` in each of ``num_layers`` layers."""
+        if not (isinstance(num_layers, int) and not isinstance(num_layers, bool) and num_layers >= 1):
+            raise ShapeError(f"identity calibration: num_layers={num_layers!r}")
+        layers = tuple(LayerCalibration.identity(num_kv_heads, head_dim) for _ in range(num_layers))
+        return cls(layers, {"text": f"{NO_CALIBRATION}: offsets 0, gains 1"})
 
     def check_model(self, num_layers: int, num_kv_heads: int, head_dim: int) -> None:
         """Raise :class:`CalibrationError` unless this calibration fits the model's shape."""
@@ -636,6 +659,7 @@ def amortised_bytes(slot_bytes: float, state_bytes_per_head: float, tokens: int)
 
 __all__ = [
     "HELD_OUT_PARTS",
+    "NO_CALIBRATION",
     "Calibration",
     "CalibrationStats",
     "HeldOutReport",

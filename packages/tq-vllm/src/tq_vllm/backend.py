@@ -365,7 +365,12 @@ class TQAttentionImpl(AttentionImpl[TQMetadata]):
         if self._layer_cal is None:  # one impl per layer, on one device
             rank, size = _tp_rank_size()
             name = getattr(layer, "layer_name", None)
-            self._layer_cal = layer_calibration(self.choice.calibration, name, self.num_kv_heads, rank, size, device)
+            if self.choice.uncalibrated:
+                self._layer_cal = LayerCalibration.identity(self.num_kv_heads, self.head_size, device)
+            else:
+                self._layer_cal = layer_calibration(
+                    self.choice.calibration, name, self.num_kv_heads, rank, size, device
+                )
         return self._layer_cal
 
     def do_kv_cache_update(

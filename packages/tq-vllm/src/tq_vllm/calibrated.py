@@ -7,7 +7,9 @@ reaches every process::
     vllm serve MODEL --kv-cache-dtype turboquant_k3v4_nc \\
         --additional-config '{"tq_format": "tq_k4v3", "tq_calibration": "/path/model.cal"}'
 
-The file comes from ``tq calibrate --model MODEL --out /path/model.cal``. tq's backend then
+The file comes from ``tq calibrate --model MODEL --out /path/model.cal``; ``"tq_calibration":
+"none"`` serves without one (offsets 0, gains 1 in every layer: docs/accuracy.md says what
+that costs). tq's backend then
 publishes the format's slot size to vLLM (its memory accounting and cache shape follow),
 stores each layer's keys and values against that layer's calibration and attends over
 them, on tq-core (vLLM's CPU build, or ``TQ_VLLM_IMPL=core``) or tq-triton (cuda, xpu).
@@ -24,7 +26,15 @@ from typing import Any
 
 import torch
 
-from tq_core import CALIBRATED_PRESETS, Calibration, LayerCalibration, Preset, PresetError, get_preset
+from tq_core import (
+    CALIBRATED_PRESETS,
+    NO_CALIBRATION,
+    Calibration,
+    LayerCalibration,
+    Preset,
+    PresetError,
+    get_preset,
+)
 
 FORMAT_KEY = "tq_format"
 CALIBRATION_KEY = "tq_calibration"
@@ -36,10 +46,15 @@ _LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 @dataclass(frozen=True)
 class FormatChoice:
-    """A calibrated format named in vLLM's additional config, with its calibration file."""
+    """A calibrated format named in vLLM's additional config, with its calibration file
+    (``NO_CALIBRATION``: none, the identity calibration)."""
 
     preset: Preset
     calibration_path: str
+
+    @property
+    def uncalibrated(self) -> bool:
+        return self.calibration_path == NO_CALIBRATION
 
     def check_carrier(self, kv_cache_dtype: str, head_dim: int) -> None:
         """The format must fit the slot of the ``turboquant_*`` dtype vLLM was started with."""
@@ -73,7 +88,8 @@ def format_choice(additional_config: object) -> FormatChoice | None:
     if not isinstance(path, str) or not path:
         raise PresetError(
             f"tq-vllm: {FORMAT_KEY}={name!r} needs {CALIBRATION_KEY!r}: the path of a file from "
-            "`tq calibrate --model MODEL --out FILE`"
+            f"`tq calibrate --model MODEL --out FILE`, or {NO_CALIBRATION!r} to serve without one (offsets 0, "
+            "gains 1: lower quality, docs/accuracy.md)"
         )
     return FormatChoice(CALIBRATED_PRESETS[name], path)
 

@@ -163,7 +163,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--calibration",
         metavar="PATH",
-        help="the calibration of the tq_* formats (from tq calibrate; default: calibrate first on --calibration-text)",
+        help="the calibration of the tq_* formats (from tq calibrate; 'none': offsets 0 and gains 1, no statistics "
+        "of the model; default: calibrate first on --calibration-text)",
     )
     p.add_argument(
         "--calibration-text",

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..__about__ import __version__
-from ..calibration import Calibration, amortised_bytes, state_bytes_per_layer
+from ..calibration import NO_CALIBRATION, Calibration, amortised_bytes, state_bytes_per_layer
 from ..contract import core_backend, select_backend
 from ..errors import BackendUnavailableError, PresetError, RangeError
 from ..presets import CALIBRATED_PRESETS, PRESETS, get_preset
@@ -36,7 +36,8 @@ class EvalConfig:
     step reading the whole compressed cache; N > 0 scores the first ``prompt_len`` tokens of
     each window (None: all) as a prompt that vLLM's chunked prefill feeds N tokens per step
     (each token reads its own step's keys and values raw), the rest as decode steps.
-    Calibrated formats use ``calibration`` (a file from ``tq calibrate``), or else a
+    Calibrated formats use ``calibration`` (a file from ``tq calibrate``, or ``"none"``:
+    offsets 0 and gains 1, no statistics of the model), or else a
     calibration made first from ``calibration_windows`` windows of ``calibration_text`` (a
     UTF-8 file or ``builtin:NAME``, or several, the windows split over them; None:
     standard-library docstrings and source code, never the scored text)."""
@@ -292,7 +293,12 @@ def evaluate(
 def _calibration(
     cfg: EvalConfig, model: Any, tokenizer: Any, num_layers: int, model_label: str, say: Callable[[str], None]
 ) -> Calibration:
-    """The calibration of ``cfg``: read from its file, or made on its calibration text."""
+    """The calibration of ``cfg``: read from its file, none (``NO_CALIBRATION``: offsets 0,
+    gains 1), or made on its calibration text."""
+    if cfg.calibration == NO_CALIBRATION:
+        say("no calibration: offsets 0, gains 1")
+        _, _, hk, d = model_shape(model.config)
+        return Calibration.identity(num_layers, hk, d)
     if cfg.calibration is not None:
         say(f"reading calibration {cfg.calibration}")
         return Calibration.load(cfg.calibration)
