@@ -77,6 +77,17 @@ def test_layer_calibration_takes_the_ranks_heads():
     assert torch.equal(got.key_offset, lay(1).key_offset[2:3]) and torch.equal(got.value_gain, lay(1).value_gain[2:3])
 
 
+def test_an_uncalibrated_choice_gives_each_layer_the_identity():
+    """``"tq_calibration": "none"``: every layer's calibration on a rank is offsets 0 and gains
+    1 for the rank's kv heads, and no file is read."""
+    choice = format_choice({"tq_format": "tq_k4v3", "tq_calibration": "none"})
+    got = choice.layer_calibration("model.layers.7.self_attn.attn", 2, 64, 1, 3, "cpu")
+    zero, one = torch.zeros(2, 64), torch.ones(2, 64)
+    for name in ("key_offset", "key_first_offset", "value_offset", "value_first_offset"):
+        assert torch.equal(getattr(got, name), zero), name
+    assert torch.equal(got.key_gain, one) and torch.equal(got.value_gain, one)
+
+
 def test_token_positions_against_a_loop():
     qsl = torch.tensor([0, 1, 4, 4, 9], dtype=torch.int32)
     seq_lens = torch.tensor([10, 3, 7, 5], dtype=torch.int32)

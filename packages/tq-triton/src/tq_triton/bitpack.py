@@ -69,6 +69,19 @@ def unpack_chunks(ws, BITS: tl.constexpr, T: tl.constexpr, D: tl.constexpr):
 
 
 @triton.jit
+def join4(x0, x1, x2, x3):
+    """``x0 .. x3`` stacked along two new last axes ``[..., 2, 2]`` that flatten to
+    ``x0, x1, x2, x3`` in that order (register-level, no data movement)."""
+    return tl.join(tl.join(x0, x2), tl.join(x1, x3))
+
+
+@triton.jit
+def fp16_halves(x):
+    """The two fp16 halves of the 32-bit words ``x`` (low half first, in a new last axis)."""
+    return tl.join(x.to(tl.uint16), (x >> 16).to(tl.uint16)).to(tl.float16, bitcast=True)
+
+
+@triton.jit
 def _nib(w, J: tl.constexpr):
     return (w >> (4 * J)) & 15
 
@@ -76,8 +89,8 @@ def _nib(w, J: tl.constexpr):
 @triton.jit
 def unpack4(w, T: tl.constexpr, D: tl.constexpr):
     """4-bit codes from words ``w`` (uint32 ``[T, D // 8]``, low nibble first) -> ``[T, D]``."""
-    a = tl.join(tl.join(_nib(w, 0), _nib(w, 4)), tl.join(_nib(w, 2), _nib(w, 6)))
-    b = tl.join(tl.join(_nib(w, 1), _nib(w, 5)), tl.join(_nib(w, 3), _nib(w, 7)))
+    a = join4(_nib(w, 0), _nib(w, 2), _nib(w, 4), _nib(w, 6))
+    b = join4(_nib(w, 1), _nib(w, 3), _nib(w, 5), _nib(w, 7))
     return tl.join(a, b).reshape(T, D)
 
 

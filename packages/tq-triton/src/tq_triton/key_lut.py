@@ -27,6 +27,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .bitpack import join4
+
 
 def lut_words(centroids_fp16: torch.Tensor) -> torch.Tensor:
     """The register table of an 8-entry fp16 codebook: int32 ``[4]`` = (low bytes of
@@ -136,8 +138,8 @@ def lut_keys(w0, w1, w2, Lut, T: tl.constexpr, D: tl.constexpr):
     # [T, D // 32, 2, 2, 2]: the group index's highest bit first, so groups flatten in order
     sel = tl.join(_sel2(w0, w1, w2, 0, 2), _sel2(w0, w1, w2, 1, 2))
     c0, c1, c2, c3, sq = _lookup4(sel, la, lb, ha, hb)
-    # positions 4G + 2k + m: join(join(c0, c2), join(c1, c3)) flattens to c0, c1, c2, c3
-    k16 = tl.join(tl.join(c0, c2), tl.join(c1, c3)).reshape(T, D)
+    # positions 4G + 2k + m
+    k16 = join4(c0, c1, c2, c3).reshape(T, D)
     return k16, tl.sum(sq.reshape(T, D // 4), axis=1)
 
 
@@ -182,5 +184,5 @@ def lut16_values(w, Lut, T: tl.constexpr, D: tl.constexpr):
     # [T, D // 8, 2]: a word's low half (codes 0-3) first
     c0, c1, c2, c3, sq = _lookup4_signed(tl.join(sel & 0xFFFF, sel >> 16), tl.join(w & 0xFFFF, w >> 16), la, lb, ha, hb)
     # positions 8W + 4H + 2k + m, as in lut_keys
-    v16 = tl.join(tl.join(c0, c2), tl.join(c1, c3)).reshape(T, D)
+    v16 = join4(c0, c1, c2, c3).reshape(T, D)
     return v16, tl.sum(sq.reshape(T, D // 4), axis=1)

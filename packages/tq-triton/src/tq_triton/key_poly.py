@@ -27,6 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .bitpack import fp16_halves, join4
 from .key_lut import group_selectors
 
 # the polynomial's variable is s (c - 3.5): s = 1/4 keeps every coefficient a normal fp16
@@ -125,12 +126,6 @@ def _codes_pair(p, K: tl.constexpr):
 
 
 @triton.jit
-def _pairs_in_order(x0, x1, x2, x3):
-    """``[..., 2, 2]`` of the four pair words in order ``x0, x1, x2, x3``."""
-    return tl.join(tl.join(x0, x2), tl.join(x1, x3))
-
-
-@triton.jit
 def poly_keys(w0, w1, w2, Coef, T: tl.constexpr, D: tl.constexpr):
     """fp16 centroids ``[T, D]`` of a 3-bit key tile in :func:`key_columns`' order, and
     each token's squared centroid norm ``[T]`` (float32, as ``key_lut.lut_keys`` sums it).
@@ -143,10 +138,10 @@ def poly_keys(w0, w1, w2, Coef, T: tl.constexpr, D: tl.constexpr):
     a5 = tl.load(Coef + 4)
     a7 = tl.load(Coef + 5)
     # [T, D // 32, 2, 2]: group pairs G = 0..3 in order, then each pair's codes k = 0..3
-    p = _pairs_in_order(
+    p = join4(
         _group_pair(w0, w1, w2, 0), _group_pair(w0, w1, w2, 1), _group_pair(w0, w1, w2, 2), _group_pair(w0, w1, w2, 3)
     )
-    x = _pairs_in_order(_codes_pair(p, 0), _codes_pair(p, 1), _codes_pair(p, 2), _codes_pair(p, 3))
+    x = join4(_codes_pair(p, 0), _codes_pair(p, 1), _codes_pair(p, 2), _codes_pair(p, 3))
     # each word's halves, low first: column 8 G + 2 k + h
     c = fp16_halves(x).reshape(T, D) - 1024.0
     t = c * s + b
@@ -155,9 +150,3 @@ def poly_keys(w0, w1, w2, Coef, T: tl.constexpr, D: tl.constexpr):
     k16 = k16 * t
     kf = k16.to(tl.float32)
     return k16, tl.sum(kf * kf, axis=1)
-
-
-@triton.jit
-def fp16_halves(x):
-    """The two fp16 halves of the 32-bit words ``x`` (low half first, in a new last axis)."""
-    return tl.join(x.to(tl.uint16), (x >> 16).to(tl.uint16)).to(tl.float16, bitcast=True)

@@ -40,7 +40,7 @@ from tq_core import (
 from tq_core.contract import Backend, check_host_metadata
 
 from . import _env, _stats
-from .calibrated import FormatChoice, format_choice, layer_calibration, token_positions
+from .calibrated import FormatChoice, format_choice, token_positions
 from .ops import LayerStep, query_len_limit, run_batch, select_kernels, tq_cache_view, triton_query_len_limit
 from .plan import BatchPlan, plan_batch
 
@@ -365,12 +365,7 @@ class TQAttentionImpl(AttentionImpl[TQMetadata]):
         if self._layer_cal is None:  # one impl per layer, on one device
             rank, size = _tp_rank_size()
             name = getattr(layer, "layer_name", None)
-            if self.choice.uncalibrated:
-                self._layer_cal = LayerCalibration.identity(self.num_kv_heads, self.head_size, device)
-            else:
-                self._layer_cal = layer_calibration(
-                    self.choice.calibration, name, self.num_kv_heads, rank, size, device
-                )
+            self._layer_cal = self.choice.layer_calibration(name, self.num_kv_heads, self.head_size, rank, size, device)
         return self._layer_cal
 
     def do_kv_cache_update(

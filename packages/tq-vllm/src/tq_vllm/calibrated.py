@@ -73,6 +73,16 @@ class FormatChoice:
     def calibration(self) -> Calibration:
         return load_calibration(self.calibration_path)
 
+    def layer_calibration(
+        self, layer_name: str | None, local_heads: int, head_dim: int, tp_rank: int, tp_size: int, device: Any
+    ) -> LayerCalibration:
+        """The calibration of one attention layer's ``local_heads`` kv heads on this rank, on
+        ``device``: the file's (:func:`layer_calibration`), or the identity where
+        :attr:`uncalibrated`."""
+        if self.uncalibrated:
+            return LayerCalibration.identity(local_heads, head_dim, device)
+        return layer_calibration(self.calibration, layer_name, local_heads, tp_rank, tp_size, device)
+
 
 def format_choice(additional_config: object) -> FormatChoice | None:
     """The calibrated format of vLLM's ``additional_config`` (None when it names none)."""

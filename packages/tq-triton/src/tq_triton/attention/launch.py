@@ -197,8 +197,7 @@ def attention(
         value codebooks as ``key_lut``'s register tables (the Gluon kernels always, the
         portable one where its ``KEY_LUT`` / ``VALUE_LUT`` ask for them); ``key_poly``: the
         keys as ``key_poly``'s constants (the portable kernel's ``KEY_POLY``)."""
-        keys = cached_poly_coefficients(p, d, dev) if key_poly else _centroids(p, d, dev, key_table)
-        head = (query, kv_cache, block_table, seq_lens, query_start_loc, keys)
+        head = (query, kv_cache, block_table, seq_lens, query_start_loc, _centroids(p, d, dev, key_table, key_poly))
         return (*head, *tail_args, *_calibration_args(p, calibration, d, dev, value_table))
 
     cx = plan.constexprs
@@ -291,11 +290,13 @@ def _check_plan(plan: LaunchPlan, device: str, fields: dict[str, int], preset: P
         raise ShapeError(f"plan= was made for other shapes or another preset than the call's: {diff}")
 
 
-def _centroids(preset: Preset, head_dim: int, device: torch.device, table: bool) -> torch.Tensor:
-    """The kernels' ``Centroids`` argument: a placeholder for fp8 keys, else ``key_lut``'s
-    register table (``table``) or the fp16 codebook."""
+def _centroids(preset: Preset, head_dim: int, device: torch.device, table: bool, poly: bool) -> torch.Tensor:
+    """The kernels' ``Centroids`` argument: a placeholder for fp8 keys, else ``key_poly``'s
+    constants (``poly``), ``key_lut``'s register table (``table``) or the fp16 codebook."""
     if preset.key_is_fp8:
         return dummy(device)
+    if poly:
+        return cached_poly_coefficients(preset, head_dim, device)
     return cached_lut_table(preset, head_dim, device) if table else cached_codebook(preset, head_dim, device)[2]
 
 

@@ -235,6 +235,7 @@ def kernel_constexprs(
     those of them it has): the launcher passes them, and the Xe2 compile check compiles
     exactly these. ``fields``: ``KernelFields.constexprs()`` of the cache layout;
     ``saturate_query``: not ``DeviceFacts.cast_saturates``."""
+    poly = poly_keys(preset, fields["D"])
     return dict(
         G=group,
         G_PAD=next_pow2(group),
@@ -250,12 +251,12 @@ def kernel_constexprs(
         # the prefetch mode stages loads by hand: its loop carries no num_stages
         LOOP_STAGES=None if cfg.prefetch else cfg.num_stages,
         SATURATE_QUERY=saturate_query,
-        KEY_LUT=table_keys(preset) and not poly_keys(preset, fields["D"]),
+        KEY_LUT=table_keys(preset) and not poly,
         CALIBRATED=preset.calibrated,
         VALUE_LUT=table_values(preset),
         INT_VALUES=preset.value_kind == "symmetric",
         VALUE_PAIRS=value_pairs(preset),
-        KEY_POLY=poly_keys(preset, fields["D"]),
+        KEY_POLY=poly,
     )
 
 

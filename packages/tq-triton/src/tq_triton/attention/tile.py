@@ -21,10 +21,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..bitpack import load_words, unpack
+from ..bitpack import fp16_halves, join4, load_words, unpack
 from ..cache_fields import FP16_BYTES, field_ptr
 from ..codebook_decode import codebook_tile
-from ..key_poly import fp16_halves, poly_keys
+from ..key_poly import poly_keys
 from .online_softmax import row_sum, tile_step, value_mid
 
 
@@ -99,9 +99,8 @@ def value_pairs(w, T: tl.constexpr, D: tl.constexpr):
     x1 = ((w >> 4) & 0x000F000F) | 0x64006400
     x2 = ((w >> 8) & 0x000F000F) | 0x64006400
     x3 = ((w >> 12) & 0x000F000F) | 0x64006400
-    # word J of each group of four: join(join(x0, x2), join(x1, x3)) reshapes to x0..x3; then
-    # each word's halves, low first: column 8 w + 2 J + h
-    x = tl.join(tl.join(x0, x2), tl.join(x1, x3)).reshape(T, D // 2)
+    # word J of each group of four, then each word's halves, low first: column 8 w + 2 J + h
+    x = join4(x0, x1, x2, x3).reshape(T, D // 2)
     return fp16_halves(x).reshape(T, D) - 1032.0
 
 
