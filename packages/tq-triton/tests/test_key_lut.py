@@ -235,16 +235,18 @@ XPU = DeviceFacts("Intel(R) Arc(TM) B580 Graphics", False, (0, 0), 20, type="xpu
 H200 = DeviceFacts("NVIDIA H200", True, (9, 0), 132)
 # the presets whose keys (values) the portable kernel looks up in a register table (tq_k4v4's
 # symmetric values are decoded from their codes' bits)
-# 3-bit keys are decoded by key_poly's polynomial instead (test_key_poly.py)
+# 3-bit keys and tq_k4v3's 3-bit values are decoded by key_poly's polynomial instead
+# (test_key_poly.py)
 TABLE_KEYS = {"turboquant_4bit_nc", "tq_k4v3", "tq_k4v4"}
 POLY_KEYS = {"turboquant_k3v4_nc", "turboquant_3bit_nc"}
-TABLE_VALUES = {"tq_k4v3"}
+TABLE_VALUES: set[str] = set()
+POLY_VALUES = {"tq_k4v3"}
 
 
 @pytest.mark.parametrize("facts", [INTERPRETER, XPU, H200], ids=["interpreter", "xpu", "nvidia"])
 def test_the_portable_kernel_looks_3_and_4_bit_codes_up_in_the_table_on_every_device(facts):
-    # KEY_LUT / VALUE_LUT / KEY_POLY follow the codes' widths alone (no knob, no device fact):
-    # 4-bit codebook keys and 3-bit calibrated values in the table, 3-bit keys by the
+    # KEY_LUT / VALUE_LUT / KEY_POLY / VALUE_POLY follow the codes' widths alone (no knob, no
+    # device fact): 4-bit codebook keys in the table, 3-bit keys and calibrated values by the
     # polynomial; not fp8 keys, 6-bit keys, symmetric or 5-bit values
     for name in (*tq_core.PRESETS, *tq_core.CALIBRATED_PRESETS):
         p = tq_core.get_preset(name)
@@ -253,6 +255,7 @@ def test_the_portable_kernel_looks_3_and_4_bit_codes_up_in_the_table_on_every_de
         assert lp.constexprs["KEY_LUT"] is (name in TABLE_KEYS), name
         assert lp.constexprs["VALUE_LUT"] is (name in TABLE_VALUES), name
         assert lp.constexprs["KEY_POLY"] is (name in POLY_KEYS), name
+        assert lp.constexprs["VALUE_POLY"] is (name in POLY_VALUES), name
         assert lp.key_table == (name in TABLE_KEYS) and plan.served_by(lp) == "portable", name
         # the compile-time arguments the Xe2 compile check compiles
         cx = plan.kernel_constexprs(p, fields, AttentionConfig(), 4, 8, 1, 4)
@@ -335,7 +338,7 @@ def test_the_table_lookup_gives_the_gathered_centroids(preset, values, gen):
 
 
 # 3-bit keys at every head_dim; 4-bit keys (the rest), with the calibrated formats' 3-bit
-# (tq_k4v3) and 4-bit (tq_k4v4) values
+# (tq_k4v3, by key_poly's polynomial) and 4-bit (tq_k4v4) values
 TABLE_ROWS = [(p, d, g) for p in LUT_PRESETS for d, g in [(64, 1), (128, 4), (256, 8)]] + [
     ("turboquant_4bit_nc", 64, 2),
     ("tq_k4v3", 128, 4),

@@ -1,9 +1,9 @@
-"""3-bit keys decoded by ``key_poly``'s fp16 polynomial: its constants against the codebook
-under every evaluation order (fp16 operations rounded one by one as torch rounds them, and
-multiply-adds fused, from float64), the kernel's decode against the codebook gathered by
-code, the query's column order against the keys', and the plan's choice. Attention through
-it against tq_core: test_key_lut.py's ``test_attention_with_the_register_tables`` rows of
-3-bit keys, which the plan sends here."""
+"""3-bit keys (and tq_k4v3's 3-bit values) decoded by ``key_poly``'s fp16 polynomial: its
+constants against the codebook under every evaluation order (fp16 operations rounded one by
+one as torch rounds them, and multiply-adds fused, from float64), the kernel's decode
+against the codebook gathered by code, the query's column order against the keys' and the
+accumulator's way back. The plan's choice and attention through it against tq_core:
+test_key_lut.py's rows of 3-bit keys and of tq_k4v3, which the plan sends here."""
 
 from __future__ import annotations
 
@@ -18,10 +18,19 @@ import triton.language as tl
 
 import tq_core
 from tq_triton.device_tensors import codebook
-from tq_triton.key_poly import key_columns, poly_coefficients, poly_keys, query_in_key_order
+from tq_triton.key_poly import columns_in_head_order, key_columns, poly_coefficients, poly_keys, query_in_key_order
 
-POLY_PRESETS = ["turboquant_k3v4_nc", "turboquant_3bit_nc"]
+# the 3-bit codebooks the plan decodes by the polynomial: keys of vLLM's 3-bit formats, and
+# tq_k4v3's values
+POLY_CODEBOOKS = ["turboquant_k3v4_nc", "turboquant_3bit_nc", "tq_k4v3 values"]
 HEAD_DIMS = [64, 128, 256]
+
+
+def _codebook(name: str, head_dim: int) -> torch.Tensor:
+    """The fp16 centroids of one of :data:`POLY_CODEBOOKS`."""
+    if name.endswith(" values"):
+        return tq_core.value_codebook(tq_core.get_preset(name.split()[0]), head_dim, "cpu")[0].half()
+    return codebook(tq_core.get_preset(name), head_dim, torch.device("cpu"))[2]
 
 
 def _kernel_device() -> str:
@@ -51,10 +60,10 @@ def _horner(coef: torch.Tensor, code: torch.Tensor, fused: tuple[bool, bool, boo
     return u * t
 
 
-@pytest.mark.parametrize("preset", POLY_PRESETS)
-@pytest.mark.parametrize("head_dim", HEAD_DIMS)
-def test_the_polynomial_gives_every_centroid_bit_for_bit(preset, head_dim):
-    cent = codebook(tq_core.get_preset(preset), head_dim, torch.device("cpu"))[2]
+@pytest.mark.parametrize("name", POLY_CODEBOOKS)
+@pytest.mark.parametrize("head_dim", [*HEAD_DIMS, 512])
+def test_the_polynomial_gives_every_centroid_bit_for_bit(name, head_dim):
+    cent = _codebook(name, head_dim)
     coef = poly_coefficients(cent)
     assert coef is not None and coef.dtype == torch.float16
     # every constant a normal fp16 number (no device may flush it), s a power of two
@@ -107,10 +116,14 @@ def _poly_tile(W, Coef, Out, Sq, T: tl.constexpr, D: tl.constexpr):
 
 
 @triton.jit
-def _reorder(Q, Out, M: tl.constexpr, D: tl.constexpr):
+def _reorder(Q, Out, M: tl.constexpr, D: tl.constexpr, BACK: tl.constexpr):
     m = tl.arange(0, M)[:, None]
     d = tl.arange(0, D)[None, :]
-    tl.store(Out + m * D + d, query_in_key_order(tl.load(Q + m * D + d), M, D))
+    q = tl.load(Q + m * D + d)
+    if BACK:
+        tl.store(Out + m * D + d, columns_in_head_order(q, M, D))
+    else:
+        tl.store(Out + m * D + d, query_in_key_order(q, M, D))
 
 
 def _words(codes: torch.Tensor) -> torch.Tensor:
@@ -121,10 +134,12 @@ def _words(codes: torch.Tensor) -> torch.Tensor:
     return torch.tensor([[x - (1 << 32) if x >= 1 << 31 else x for x in row] for row in words], dtype=torch.int32)
 
 
-@pytest.mark.parametrize("head_dim", HEAD_DIMS)
-def test_the_kernel_decodes_the_gathered_centroids(head_dim, gen):
+@pytest.mark.parametrize(
+    ("name", "head_dim"), [("turboquant_k3v4_nc", d) for d in HEAD_DIMS] + [("tq_k4v3 values", 128)]
+)
+def test_the_kernel_decodes_the_gathered_centroids(name, head_dim, gen):
     dev = _kernel_device()
-    cent = codebook(tq_core.get_preset("turboquant_k3v4_nc"), head_dim, torch.device("cpu"))[2]
+    cent = _codebook(name, head_dim)
     T, D = 16, head_dim
     # every code at least once per token, in shuffled positions
     codes = torch.stack([torch.randperm(D, generator=gen) % 8 for _ in range(T)])
@@ -142,5 +157,19 @@ def test_the_query_takes_the_keys_column_order(head_dim, gen):
     M, D = 16, head_dim
     q = torch.randn(M, D, generator=gen).half()
     out = torch.empty_like(q, device=dev)
-    _reorder[(1,)](q.to(dev), out, M, D)
+    _reorder[(1,)](q.to(dev), out, M, D, False)
     assert torch.equal(out.cpu(), q[:, key_columns(torch.arange(D))])
+
+
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_the_accumulator_goes_back_to_head_dim_order(head_dim, gen):
+    # a value product of tiles in key_columns' order: column c holds head_dim index
+    # key_columns(c); columns_in_head_order puts index i in column i
+    dev = _kernel_device()
+    M, D = 16, head_dim
+    acc = torch.randn(M, D, generator=gen)
+    out = torch.empty_like(acc, device=dev)
+    _reorder[(1,)](acc.to(dev), out, M, D, True)
+    want = torch.empty_like(acc)
+    want[:, key_columns(torch.arange(D))] = acc
+    assert torch.equal(out.cpu(), want)

@@ -76,6 +76,16 @@ def cached_poly_coefficients(preset: Preset, head_dim: int, device: torch.device
     return None if coef is None else coef.to(device)
 
 
+@functools.cache
+def cached_poly_value_coefficients(preset: Preset, head_dim: int, device: torch.device) -> torch.Tensor | None:
+    """:func:`cached_poly_coefficients` of a calibrated format's 3-bit Lloyd-Max value codebook
+    (tq_k4v3; None for other values)."""
+    if not preset.calibrated or preset.value_kind != "lloyd_max" or preset.value_bits != 3:
+        return None
+    coef = poly_coefficients(cached_value_codebook(preset, head_dim, torch.device("cpu"))[1])
+    return None if coef is None else coef.to(device)
+
+
 def lut_table(preset: Preset, head_dim: int, device: torch.device) -> torch.Tensor:
     """The register table of the fp16 codebook (``key_lut.lut_words``) on ``device``: a new
     tensor on every call."""

@@ -15,6 +15,11 @@ code, where the register table's byte picks cost about 9 in plain Triton. The pa
 position ``4G + k + 16h`` of each 32-code chunk at column ``8G + 2k + h``
 (:func:`key_columns`); the query is permuted into that order once per program
 (:func:`query_in_key_order`), which leaves every score unchanged.
+
+tq_k4v3's values are 3-bit Lloyd-Max codes in the same chunk layout, so :func:`poly_keys`
+decodes them too; the value product's columns then come out in the same order, and the
+accumulator is put back in head_dim order once per program, before the rotation back
+(:func:`columns_in_head_order`).
 """
 
 from __future__ import annotations
@@ -114,6 +119,13 @@ def query_in_key_order(q, M: tl.constexpr, D: tl.constexpr):
 
 
 @triton.jit
+def columns_in_head_order(x, M: tl.constexpr, D: tl.constexpr):
+    """The inverse of :func:`query_in_key_order`: ``x`` ``[M, D]`` whose column ``c`` holds
+    head_dim index :func:`key_columns` ``(c)``, with its columns in head_dim order."""
+    return tl.permute(x.reshape(M, D // 32, 4, 4, 2), (0, 1, 4, 2, 3)).reshape(M, D)
+
+
+@triton.jit
 def _group_pair(w0, w1, w2, G: tl.constexpr):
     """The selector nibbles of groups ``G`` (bits 0-15) and ``G + 4`` (bits 16-31)."""
     return group_selectors(w0, w1, w2, G) | (group_selectors(w0, w1, w2, G + 4) << 16)
@@ -127,7 +139,7 @@ def _codes_pair(p, K: tl.constexpr):
 
 @triton.jit
 def poly_keys(w0, w1, w2, Coef, T: tl.constexpr, D: tl.constexpr):
-    """fp16 centroids ``[T, D]`` of a 3-bit key tile in :func:`key_columns`' order, and
+    """fp16 centroids ``[T, D]`` of a 3-bit key (or value) tile in :func:`key_columns`' order, and
     each token's squared centroid norm ``[T]`` (float32, as ``key_lut.lut_keys`` sums it).
     ``w0, w1, w2``: the chunk words ``[T, D // 32]`` (uint32); ``Coef``: fp16 pointer to
     :func:`poly_coefficients`' constants."""

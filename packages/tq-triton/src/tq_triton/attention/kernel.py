@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from ..hadamard import fwht_rows
-from ..key_poly import query_in_key_order
+from ..key_poly import columns_in_head_order, query_in_key_order
 from ..value_words import value_columns
 from .bounds import balanced_chunk, request_bounds
 from .online_softmax import nonfinite_rows, output_factors, row_lse, saturate
@@ -96,6 +96,7 @@ def attention_kernel(
     INT_VALUES: tl.constexpr = False,
     VALUE_PAIRS: tl.constexpr = False,
     KEY_POLY: tl.constexpr = False,
+    VALUE_POLY: tl.constexpr = False,
 ):
     """``PREFETCH``: issue each tile's loads one iteration ahead of its decoding (and its
     block ids two ahead), by hand; the loop then carries no ``num_stages`` of its own
@@ -103,9 +104,10 @@ def attention_kernel(
     and Triton's pipeliner stages the loads over ``LOOP_STAGES`` stages.
     ``SATURATE_QUERY``: clamp the scaled query to ±65504 before its round-toward-zero
     fp16 cast; False where that cast saturates by itself (see ``device.DeviceFacts.cast_saturates``).
-    ``KEY_LUT``, ``VALUE_LUT``, ``INT_VALUES``: see ``tile.attend_tile`` (``Centroids``,
-    ``VCentroids`` are then register tables; ``INT_VALUES``: tq_k4v4's symmetric values from
-    their codes' bits, ``VCentroids`` not read).
+    ``KEY_LUT``, ``VALUE_LUT``, ``INT_VALUES``, ``KEY_POLY``, ``VALUE_POLY``: see
+    ``tile.attend_tile`` (``Centroids``, ``VCentroids`` are then register tables, or
+    ``key_poly``'s constants; ``INT_VALUES``: tq_k4v4's symmetric values from their codes'
+    bits, ``VCentroids`` not read).
     ``BALANCE``: the kv splits are
     sized from the batch's lengths for about ``split_programs`` programs
     (``bounds.balanced_chunk``); otherwise each request's sequence is divided evenly.
@@ -274,10 +276,14 @@ def attention_kernel(
                     INT_VALUES=INT_VALUES,
                     VALUE_PAIRS=VALUE_PAIRS,
                     KEY_POLY=KEY_POLY,
+                    VALUE_POLY=VALUE_POLY,
                 )
 
             a, b = output_factors(l_i, r_i, f_i, q_bad)
             if CALIBRATED:
+                if VALUE_POLY:
+                    # the accumulator's column c holds head_dim index key_poly.key_columns(c)
+                    acc = columns_in_head_order(acc, BLOCK_M, D)
                 # b is the probability of position 0; the accumulator is rotated. A row that saw
                 # no key (l = 0: a negative position) is written as 0, as for vLLM's formats,
                 # so it takes no value offset

@@ -15,6 +15,7 @@ from ..device_tensors import (
     cached_codebook,
     cached_lut_table,
     cached_poly_coefficients,
+    cached_poly_value_coefficients,
     cached_value_codebook,
     cached_value_lut_table,
     dummy,
@@ -192,13 +193,14 @@ def attention(
         plan.split_programs,
     )
 
-    def kernel_args(key_table: bool, value_table: bool, key_poly: bool = False) -> tuple:
+    def kernel_args(key_table: bool, value_table: bool, key_poly: bool = False, value_poly: bool = False) -> tuple:
         """Every kernel's positional arguments; ``key_table`` / ``value_table``: the key and
         value codebooks as ``key_lut``'s register tables (the Gluon kernels always, the
-        portable one where its ``KEY_LUT`` / ``VALUE_LUT`` ask for them); ``key_poly``: the
-        keys as ``key_poly``'s constants (the portable kernel's ``KEY_POLY``)."""
+        portable one where its ``KEY_LUT`` / ``VALUE_LUT`` ask for them); ``key_poly`` /
+        ``value_poly``: as ``key_poly``'s constants (the portable kernel's ``KEY_POLY`` /
+        ``VALUE_POLY``)."""
         head = (query, kv_cache, block_table, seq_lens, query_start_loc, _centroids(p, d, dev, key_table, key_poly))
-        return (*head, *tail_args, *_calibration_args(p, calibration, d, dev, value_table))
+        return (*head, *tail_args, *_calibration_args(p, calibration, d, dev, value_table, value_poly))
 
     cx = plan.constexprs
     if plan.token_rows:
@@ -210,7 +212,7 @@ def attention(
     )
     if not gluon:
         attention_kernel[grid](
-            *kernel_args(bool(cx["KEY_LUT"]), bool(cx["VALUE_LUT"]), bool(cx["KEY_POLY"])),
+            *kernel_args(bool(cx["KEY_LUT"]), bool(cx["VALUE_LUT"]), bool(cx["KEY_POLY"]), bool(cx["VALUE_POLY"])),
             **cx,
             num_warps=plan.cfg.num_warps,
             **plan.options,
@@ -301,15 +303,17 @@ def _centroids(preset: Preset, head_dim: int, device: torch.device, table: bool,
 
 
 def _calibration_args(
-    preset: Preset, calibration: LayerCalibration | None, head_dim: int, device: torch.device, table: bool
+    preset: Preset, calibration: LayerCalibration | None, head_dim: int, device: torch.device, table: bool, poly: bool
 ) -> tuple[torch.Tensor, ...]:
     """The portable kernel's calibration pointers (key gain, offset, first offset; the same for
-    values) and the value codebook (``key_lut``'s register table where ``table``, else the
-    fp16 codebook): placeholders for vLLM's presets."""
+    values) and the value codebook (``key_poly``'s constants where ``poly``, ``key_lut``'s
+    register table where ``table``, else the fp16 codebook): placeholders for vLLM's presets."""
     if not preset.calibrated:
         return (dummy(device),) * 7
     assert calibration is not None  # check_attention_args requires it
-    if table:
+    if poly:
+        values = cached_poly_value_coefficients(preset, head_dim, device)
+    elif table:
         values = cached_value_lut_table(preset, head_dim, device)
     else:
         values = cached_value_codebook(preset, head_dim, device)[1]

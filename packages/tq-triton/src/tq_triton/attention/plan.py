@@ -25,7 +25,7 @@ from tq_core import Preset
 from tq_core.contract import debug_enabled
 
 from ..device import DeviceFacts
-from ..device_tensors import cached_poly_coefficients
+from ..device_tensors import cached_poly_coefficients, cached_poly_value_coefficients
 from ..tuning import AttentionConfig, attention_config_for, launch_options_for
 
 # the longest q_len per request that the tiles are planned for; longer requests are
@@ -213,6 +213,14 @@ def poly_keys(preset: Preset, head_dim: int) -> bool:
     return cached_poly_coefficients(preset, head_dim, torch.device("cpu")) is not None
 
 
+def poly_values(preset: Preset, head_dim: int) -> bool:
+    """The portable kernel's ``VALUE_POLY``: :func:`poly_keys` for a calibrated format's 3-bit
+    Lloyd-Max values (tq_k4v3; ``VCentroids`` is then the polynomial's constants); the
+    accumulator's columns come out in ``key_poly.key_columns``' order and are put back
+    before the rotation back."""
+    return cached_poly_value_coefficients(preset, head_dim, torch.device("cpu")) is not None
+
+
 def table_values(preset: Preset) -> bool:
     """The portable kernel's ``VALUE_LUT``: :func:`table_keys` for the calibrated formats'
     3- and 4-bit Lloyd-Max values (``VCentroids``); other values have no codebook, and
@@ -236,6 +244,7 @@ def kernel_constexprs(
     exactly these. ``fields``: ``KernelFields.constexprs()`` of the cache layout;
     ``saturate_query``: not ``DeviceFacts.cast_saturates``."""
     poly = poly_keys(preset, fields["D"])
+    vpoly = poly_values(preset, fields["D"])
     return dict(
         G=group,
         G_PAD=next_pow2(group),
@@ -253,10 +262,11 @@ def kernel_constexprs(
         SATURATE_QUERY=saturate_query,
         KEY_LUT=table_keys(preset) and not poly,
         CALIBRATED=preset.calibrated,
-        VALUE_LUT=table_values(preset),
+        VALUE_LUT=table_values(preset) and not vpoly,
         INT_VALUES=preset.value_kind == "symmetric",
         VALUE_PAIRS=value_pairs(preset),
         KEY_POLY=poly,
+        VALUE_POLY=vpoly,
     )
 
 

@@ -133,6 +133,7 @@ def attend_tile(
     INT_VALUES: tl.constexpr = False,
     VALUE_PAIRS: tl.constexpr = False,
     KEY_POLY: tl.constexpr = False,
+    VALUE_POLY: tl.constexpr = False,
 ):
     """Decode one loaded tile (:func:`load_tile`'s tuple) and fold it into the online
     softmax state ``(m_i, l_i, acc, r_i, f_i)``, which it returns updated, by
@@ -142,6 +143,10 @@ def attend_tile(
     table in Triton integer operations (``Centroids`` is then ``key_lut.lut_words``' table);
     otherwise they are gathered from ``Centroids`` (the fp16 codebook). ``VALUE_LUT``: the
     same for the 3- and 4-bit table values of calibrated formats and ``VCentroids``.
+    ``KEY_POLY`` / ``VALUE_POLY`` (``plan.poly_keys`` / ``plan.poly_values``): 3-bit codes
+    decoded by ``key_poly``'s polynomial (``Centroids`` / ``VCentroids`` its constants), the
+    tile's columns in ``key_poly.key_columns``' order: the query comes permuted to match, and
+    the accumulator leaves in that order.
 
     ``CALIBRATED`` (tq's calibrated formats, docs/format.md): ``first_bias`` ``[M]`` is added
     to each row's score of position 0 (the query's product with ``mu0 - mu``), the values
@@ -187,7 +192,12 @@ def attend_tile(
         v16 = ((vc | 0x6400).to(tl.uint16).to(tl.float16, bitcast=True) - 1032.0) + 0.5
         vscale = cvs.to(tl.float32) * 0.125
     elif CALIBRATED:
-        v16, vcn2 = codebook_tile(cvw, VCentroids, VBITS, BLOCK_KV, D, VALUE_LUT)
+        if VALUE_POLY:
+            # tq_k4v3's 3-bit values by key_poly's polynomial (VCentroids: its constants), in
+            # key_poly.key_columns' order: so are the accumulator's columns
+            v16, vcn2 = poly_keys(cvw[0], cvw[1], cvw[2], VCentroids, BLOCK_KV, D)
+        else:
+            v16, vcn2 = codebook_tile(cvw, VCentroids, VBITS, BLOCK_KV, D, VALUE_LUT)
         if q16.shape[0] >= 64:
             # pins the value tile's layout, as for the keys above (Triton 3.6, 64 query rows)
             v16 = tl.where((pos < hi)[:, None], v16, 0.0)
