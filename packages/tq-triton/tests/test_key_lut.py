@@ -152,8 +152,14 @@ def run_ptx(ptx: str, operands: dict[int, int]) -> dict[int, int | float]:
             regs[d] = _b32(f)
         elif op == "cvt.f32.f16":
             regs[d] = float(np.array([x[0]], dtype=np.uint16).view(np.float16)[0])
-        elif op == "add.f32":
+        elif op in ("add.f32", "add.rn.f32"):
             regs[d] = float(np.float32(x[0]) + np.float32(x[1]))
+        elif op == "mul.rn.f32":
+            regs[d] = float(np.float32(x[0]) * np.float32(x[1]))
+        elif op == "fma.rn.f32":
+            # one rounding: the product of two float32 numbers is exact in float64, the sum
+            # then rounds once there and once to float32 (exact here: fp16 squares)
+            regs[d] = float(np.float32(np.float64(x[0]) * np.float64(x[1]) + np.float64(x[2])))
         else:
             raise AssertionError(f"the host model has no {op}")
     return {int(k[1:]): v for k, v in regs.items() if k[0] == "$" and int(k[1:]) not in operands}
@@ -166,6 +172,9 @@ def test_the_ptx_model_runs_the_8_entry_pairs_lookup():
     la, lb, ha, hb = lut_words(cent).tolist()
     out = run_ptx(LUT_PAIRS_PTX.value, {3: 0x5273, 4: la, 5: lb, 6: ha, 7: hb})
     assert [out[0] & 0xFFFF, out[0] >> 16, out[1] & 0xFFFF, out[1] >> 16] == [bits[c] for c in (3, 7, 2, 5)]
+    # the squares' sum as key_lut's lookup makes it, bit for bit
+    f = [np.float32(cent[c]) for c in (3, 7, 2, 5)]
+    assert out[2] == float((f[0] * f[0] + f[2] * f[2]) + (f[1] * f[1] + f[3] * f[3]))
 
 
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
@@ -189,8 +198,10 @@ def test_the_16_entry_pairs_lookup_gives_every_centroid_in_position_order(head_d
             sq.append(out[2])
         assert got == [bits[c] for c in codes], f"codes {codes}"
         for h in (0, 1):
-            want = sum(float(cent[c]) ** 2 for c in codes[4 * h : 4 * h + 4])
-            assert sq[h] == pytest.approx(want, rel=2e-3), f"codes {codes}"
+            # bit for bit key_lut's float32 sum in the portable kernel: (c0^2 + c2^2) + (c1^2 + c3^2)
+            f = [np.float32(cent[c]) for c in codes[4 * h : 4 * h + 4]]
+            want = (f[0] * f[0] + f[2] * f[2]) + (f[1] * f[1] + f[3] * f[3])
+            assert sq[h] == float(want), f"codes {codes}"
 
 
 def test_lut_words_rejects_other_tables():

@@ -22,23 +22,29 @@ def _lut_ptx(sel: int, lo: int, hi: int, out: str, sq: int, regs: str = "") -> s
     """The PTX of one lookup, its operands numbered by the caller: ``$sel`` selectors,
     ``$lo``/``$lo+1`` low-byte words, ``$hi``/``$hi+1`` high-byte words; ``out``: where the
     centroid pairs ``a`` (centroids 0, 1) and ``b`` (2, 3) go; ``$sq``: the float32 sum of
-    the four squares, summed in pairs as fp16x2 (two terms per half, so rounding stays far
-    below the fp16 key's own); ``regs``: more 32-bit registers that ``out`` uses."""
+    the four squares, ``(c0^2 + c2^2) + (c1^2 + c3^2)`` as ``key_lut``'s lookup sums them in
+    the portable kernel (each square of an fp16 number is exact in float32, so both kernels
+    get the same sum bit for bit); ``regs``: more 32-bit registers that ``out`` uses."""
     return f"""{{
-.reg .b32 l, h, a, b, q{regs};
-.reg .b16 q0, q1;
-.reg .f32 f0, f1;
+.reg .b32 l, h, a, b{regs};
+.reg .b16 a0, a1, b0, b1;
+.reg .f32 f0, f1, f2, f3;
 prmt.b32 l, ${lo}, ${lo + 1}, ${sel};
 prmt.b32 h, ${hi}, ${hi + 1}, ${sel};
 prmt.b32 a, l, h, 0x5140;
 prmt.b32 b, l, h, 0x7362;
 {out}
-mul.rn.f16x2 q, a, a;
-fma.rn.f16x2 q, b, b, q;
-mov.b32 {{q0, q1}}, q;
-cvt.f32.f16 f0, q0;
-cvt.f32.f16 f1, q1;
-add.f32 ${sq}, f0, f1;
+mov.b32 {{a0, a1}}, a;
+mov.b32 {{b0, b1}}, b;
+cvt.f32.f16 f0, a0;
+cvt.f32.f16 f1, a1;
+cvt.f32.f16 f2, b0;
+cvt.f32.f16 f3, b1;
+mul.rn.f32 f0, f0, f0;
+fma.rn.f32 f0, f2, f2, f0;
+mul.rn.f32 f1, f1, f1;
+fma.rn.f32 f1, f3, f3, f1;
+add.rn.f32 ${sq}, f0, f1;
 }}"""
 
 
