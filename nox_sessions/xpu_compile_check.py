@@ -200,9 +200,9 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
     the xpu path does not use by default (``BALANCE``, ``split_budget``'s split sizes, and
     ``SKIP_EMPTY``, ``skip_empty``, where the launch has kv splits), and the merge kernel with
     ``SKIP_EMPTY``. tq_k4v4's symmetric values are decoded from their bits (``INT_VALUES``) in
-    every launch. 3- and 4-bit
-    codebook keys and calibrated values are looked up in the register tables of ``key_lut``
-    (``KEY_LUT``, ``VALUE_LUT`` as the plan sets them), whose pointers are then int32."""
+    every launch. 4-bit codebook keys are looked up in the register tables of ``key_lut``
+    (``KEY_LUT`` as the plan sets it), whose pointer is then int32; 3-bit codes read
+    ``key_poly``'s fp16 constants."""
     import tq_core
     from tq_triton.attention.kernel import MERGE_WARPS, attention_kernel, merge_kernel
     from tq_triton.attention.plan import kernel_constexprs, next_pow2, plan_block_q
@@ -258,7 +258,7 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
                             "Lse": "*fp32",
                             "q_mul": "fp32",
                             "q_scale": "fp32",
-                            "VCentroids": "*i32" if cx["VALUE_LUT"] else "*fp16",
+                            "VCentroids": "*fp16",
                         }
                         types |= dict.fromkeys(CALIBRATION_ARGS, "*fp32")
                         variants = [("", cx, types)]

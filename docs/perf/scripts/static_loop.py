@@ -67,12 +67,9 @@ def compile_kernel(args: argparse.Namespace):
     if args.table_keys and consts["KEY_POLY"]:
         # 3-bit keys looked up in the register table instead of key_poly's polynomial
         consts["KEY_POLY"], consts["KEY_LUT"] = False, True
-    if args.table_values and consts["VALUE_POLY"]:
-        # tq_k4v3's 3-bit values looked up in the register table instead
-        consts["VALUE_POLY"], consts["VALUE_LUT"] = False, True
     if args.gather:
         # every codebook gathered one code at a time instead of through the plan's tables
-        consts["KEY_LUT"] = consts["VALUE_LUT"] = consts["KEY_POLY"] = consts["VALUE_POLY"] = False
+        consts["KEY_LUT"] = consts["KEY_POLY"] = consts["VALUE_POLY"] = False
     table = consts["KEY_LUT"]
     params = list(inspect.signature(KERNEL.attention_kernel.fn).parameters)
     # the calibrated formats' float32 vectors: the pointers between split_programs and the
@@ -91,7 +88,7 @@ def compile_kernel(args: argparse.Namespace):
         "q_mul": "fp32",
         "q_scale": "fp32",
         **calibration,
-        "VCentroids": "*i32" if consts["VALUE_LUT"] else "*fp16",
+        "VCentroids": "*fp16",
     }
     sig, cx, attrs = {}, {}, {}
     for i, name in enumerate(params):
@@ -189,12 +186,6 @@ def main() -> None:
         action="store_true",
         help="3-bit keys looked up in key_lut's register table instead of decoded by key_poly's "
         "polynomial (plan.poly_keys)",
-    )
-    ap.add_argument(
-        "--table-values",
-        action="store_true",
-        help="tq_k4v3's 3-bit values looked up in key_lut's register table instead of decoded by key_poly's "
-        "polynomial (plan.poly_values)",
     )
     ap.add_argument(
         "--gluon",

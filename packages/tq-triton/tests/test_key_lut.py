@@ -250,13 +250,12 @@ H200 = DeviceFacts("NVIDIA H200", True, (9, 0), 132)
 # (test_key_poly.py)
 TABLE_KEYS = {"turboquant_4bit_nc", "tq_k4v3", "tq_k4v4"}
 POLY_KEYS = {"turboquant_k3v4_nc", "turboquant_3bit_nc"}
-TABLE_VALUES: set[str] = set()
 POLY_VALUES = {"tq_k4v3"}
 
 
 @pytest.mark.parametrize("facts", [INTERPRETER, XPU, H200], ids=["interpreter", "xpu", "nvidia"])
 def test_the_portable_kernel_looks_3_and_4_bit_codes_up_in_the_table_on_every_device(facts):
-    # KEY_LUT / VALUE_LUT / KEY_POLY / VALUE_POLY follow the codes' widths alone (no knob, no
+    # KEY_LUT / KEY_POLY / VALUE_POLY follow the codes' widths alone (no knob, no
     # device fact): 4-bit codebook keys in the table, 3-bit keys and calibrated values by the
     # polynomial; not fp8 keys, 6-bit keys, symmetric or 5-bit values
     for name in (*tq_core.PRESETS, *tq_core.CALIBRATED_PRESETS):
@@ -264,13 +263,14 @@ def test_the_portable_kernel_looks_3_and_4_bit_codes_up_in_the_table_on_every_de
         fields = p.kernel_fields(p.block_layout(128, 16, 2)).constexprs()
         lp = plan.plan_attention(facts, p, fields, 8, 2, 3, 1, 16, config=AttentionConfig())
         assert lp.constexprs["KEY_LUT"] is (name in TABLE_KEYS), name
-        assert lp.constexprs["VALUE_LUT"] is (name in TABLE_VALUES), name
+        # the portable kernel has no value table: calibrated values by the polynomial or gathered
+        assert "VALUE_LUT" not in lp.constexprs, name
         assert lp.constexprs["KEY_POLY"] is (name in POLY_KEYS), name
         assert lp.constexprs["VALUE_POLY"] is (name in POLY_VALUES), name
         assert lp.key_table == (name in TABLE_KEYS) and plan.served_by(lp) == "portable", name
         # the compile-time arguments the Xe2 compile check compiles
         cx = plan.kernel_constexprs(p, fields, AttentionConfig(), 4, 8, 1, 4)
-        assert (cx["KEY_LUT"], cx["VALUE_LUT"]) == (name in TABLE_KEYS, name in TABLE_VALUES), name
+        assert (cx["KEY_LUT"], cx["VALUE_POLY"]) == (name in TABLE_KEYS, name in POLY_VALUES), name
     # gluon 2 off NVIDIA GPUs: the portable kernel, with the polynomial
     p = tq_core.get_preset("turboquant_k3v4_nc")
     fields = p.kernel_fields(p.block_layout(128, 16, 2)).constexprs()

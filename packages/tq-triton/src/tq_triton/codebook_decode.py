@@ -85,7 +85,7 @@ def codebook_tile(ws, Table, BITS: tl.constexpr, T: tl.constexpr, D: tl.constexp
     """:func:`codebook_keys` for keys or calibrated values: ``TABLE`` False gathers the
     centroids from ``Table`` (the fp16 codebook); True looks them up in the register table of
     a 3- or 4-bit codebook in Triton integer operations (``Table`` is then
-    ``key_lut.lut_words``' table; ``plan.table_keys``, ``plan.table_values``)."""
+    ``key_lut.lut_words``' table; ``plan.table_keys``)."""
     if TABLE:
         tl.static_assert(BITS == 3 or BITS == 4, "only 3- and 4-bit codebooks have a register table")
     if TABLE and BITS == 3:

@@ -92,7 +92,6 @@ def attention_kernel(
     BALANCE: tl.constexpr = False,
     SKIP_EMPTY: tl.constexpr = False,
     CALIBRATED: tl.constexpr = False,
-    VALUE_LUT: tl.constexpr = False,
     INT_VALUES: tl.constexpr = False,
     VALUE_PAIRS: tl.constexpr = False,
     KEY_POLY: tl.constexpr = False,
@@ -104,10 +103,10 @@ def attention_kernel(
     and Triton's pipeliner stages the loads over ``LOOP_STAGES`` stages.
     ``SATURATE_QUERY``: clamp the scaled query to ±65504 before its round-toward-zero
     fp16 cast; False where that cast saturates by itself (see ``device.DeviceFacts.cast_saturates``).
-    ``KEY_LUT``, ``VALUE_LUT``, ``INT_VALUES``, ``KEY_POLY``, ``VALUE_POLY``: see
-    ``tile.attend_tile`` (``Centroids``, ``VCentroids`` are then register tables, or
-    ``key_poly``'s constants; ``INT_VALUES``: tq_k4v4's symmetric values from their codes'
-    bits, ``VCentroids`` not read).
+    ``KEY_LUT``, ``INT_VALUES``, ``KEY_POLY``, ``VALUE_POLY``: see ``tile.attend_tile``
+    (``Centroids`` is then a register table, or ``key_poly``'s constants, and so is
+    ``VCentroids`` with ``VALUE_POLY``; ``INT_VALUES``: tq_k4v4's symmetric values from their
+    codes' bits, ``VCentroids`` not read).
     ``BALANCE``: the kv splits are
     sized from the batch's lengths for about ``split_programs`` programs
     (``bounds.balanced_chunk``); otherwise each request's sequence is divided evenly.
@@ -272,7 +271,6 @@ def attention_kernel(
                     NORM_CORRECTION=NORM_CORRECTION,
                     KEY_LUT=KEY_LUT,
                     CALIBRATED=CALIBRATED,
-                    VALUE_LUT=VALUE_LUT,
                     INT_VALUES=INT_VALUES,
                     VALUE_PAIRS=VALUE_PAIRS,
                     KEY_POLY=KEY_POLY,

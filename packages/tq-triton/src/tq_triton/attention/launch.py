@@ -196,7 +196,7 @@ def attention(
     def kernel_args(key_table: bool, value_table: bool, key_poly: bool = False, value_poly: bool = False) -> tuple:
         """Every kernel's positional arguments; ``key_table`` / ``value_table``: the key and
         value codebooks as ``key_lut``'s register tables (the Gluon kernels always, the
-        portable one where its ``KEY_LUT`` / ``VALUE_LUT`` ask for them); ``key_poly`` /
+        portable one its keys where its ``KEY_LUT`` asks for them); ``key_poly`` /
         ``value_poly``: as ``key_poly``'s constants (the portable kernel's ``KEY_POLY`` /
         ``VALUE_POLY``)."""
         head = (query, kv_cache, block_table, seq_lens, query_start_loc, _centroids(p, d, dev, key_table, key_poly))
@@ -212,7 +212,7 @@ def attention(
     )
     if not gluon:
         attention_kernel[grid](
-            *kernel_args(bool(cx["KEY_LUT"]), bool(cx["VALUE_LUT"]), bool(cx["KEY_POLY"]), bool(cx["VALUE_POLY"])),
+            *kernel_args(bool(cx["KEY_LUT"]), False, bool(cx["KEY_POLY"]), bool(cx["VALUE_POLY"])),
             **cx,
             num_warps=plan.cfg.num_warps,
             **plan.options,

@@ -221,13 +221,6 @@ def poly_values(preset: Preset, head_dim: int) -> bool:
     return cached_poly_value_coefficients(preset, head_dim, torch.device("cpu")) is not None
 
 
-def table_values(preset: Preset) -> bool:
-    """The portable kernel's ``VALUE_LUT``: :func:`table_keys` for the calibrated formats'
-    3- and 4-bit Lloyd-Max values (``VCentroids``); other values have no codebook, and
-    tq_k4v4's symmetric ones are decoded from their codes' bits (``INT_VALUES``)."""
-    return preset.calibrated and preset.value_kind != "symmetric" and preset.value_bits in (3, 4)
-
-
 def kernel_constexprs(
     preset: Preset,
     fields: dict[str, int],
@@ -262,7 +255,6 @@ def kernel_constexprs(
         SATURATE_QUERY=saturate_query,
         KEY_LUT=table_keys(preset) and not poly,
         CALIBRATED=preset.calibrated,
-        VALUE_LUT=table_values(preset) and not vpoly,
         INT_VALUES=preset.value_kind == "symmetric",
         VALUE_PAIRS=value_pairs(preset),
         KEY_POLY=poly,

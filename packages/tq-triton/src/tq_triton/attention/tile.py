@@ -129,7 +129,6 @@ def attend_tile(
     NORM_CORRECTION: tl.constexpr,
     KEY_LUT: tl.constexpr = False,
     CALIBRATED: tl.constexpr = False,
-    VALUE_LUT: tl.constexpr = False,
     INT_VALUES: tl.constexpr = False,
     VALUE_PAIRS: tl.constexpr = False,
     KEY_POLY: tl.constexpr = False,
@@ -141,8 +140,8 @@ def attend_tile(
     ``q16 * q_scale`` (a scalar power of two, a kernel argument). ``KEY_LUT`` (3- and
     4-bit codebook keys: ``plan.table_keys``): the centroids are looked up in a register
     table in Triton integer operations (``Centroids`` is then ``key_lut.lut_words``' table);
-    otherwise they are gathered from ``Centroids`` (the fp16 codebook). ``VALUE_LUT``: the
-    same for the 3- and 4-bit table values of calibrated formats and ``VCentroids``.
+    otherwise they are gathered from ``Centroids`` (the fp16 codebook), as the calibrated
+    formats' codebook values are from ``VCentroids`` without ``VALUE_POLY``.
     ``KEY_POLY`` / ``VALUE_POLY`` (``plan.poly_keys`` / ``plan.poly_values``): 3-bit codes
     decoded by ``key_poly``'s polynomial (``Centroids`` / ``VCentroids`` its constants), the
     tile's columns in ``key_poly.key_columns``' order: the query comes permuted to match, and
@@ -197,7 +196,7 @@ def attend_tile(
             # key_poly.key_columns' order: so are the accumulator's columns
             v16, vcn2 = poly_keys(cvw[0], cvw[1], cvw[2], VCentroids, BLOCK_KV, D)
         else:
-            v16, vcn2 = codebook_tile(cvw, VCentroids, VBITS, BLOCK_KV, D, VALUE_LUT)
+            v16, vcn2 = codebook_tile(cvw, VCentroids, VBITS, BLOCK_KV, D, False)
         if q16.shape[0] >= 64:
             # pins the value tile's layout, as for the keys above (Triton 3.6, 64 query rows)
             v16 = tl.where((pos < hi)[:, None], v16, 0.0)
