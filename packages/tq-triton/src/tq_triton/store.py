@@ -197,8 +197,8 @@ def _symmetric_code(x, BLOCK_T: tl.constexpr, D: tl.constexpr, LOG2_D: tl.conste
 @triton.jit
 def _coded(x, first, Gain, Offset, FirstOffset, ch):
     """Calibrated formats: the vectors the cache codes, ``gain * (x - offset)``, with the
-    first-position offset where ``first`` ([BLOCK_T] bool) holds."""
-    off = tl.where(first[:, None], tl.load(FirstOffset + ch)[None, :], tl.load(Offset + ch)[None, :])
+    first-position offset where ``first`` ([BLOCK_T, D] bool, one value per row) holds."""
+    off = tl.where(first, tl.load(FirstOffset + ch)[None, :], tl.load(Offset + ch)[None, :])
     return (x - off) * tl.load(Gain + ch)[None, :]
 
 
@@ -287,7 +287,11 @@ def _store_kernel(
     base = Cache + (slot // BLOCK_SIZE) * stride_blk + h * HEAD_STRIDE  # this token's (block, head)
     d = tl.arange(0, D)
     if CALIBRATED:
-        first = tl.load(Positions + t * stride_pos, mask=ok, other=1) == 0
+        # each row's position read into every element of the row, in the tiles' own layout:
+        # a [BLOCK_T] vector broadcast over them makes Triton convert layouts for it (docs/
+        # perf/runs/2026-12-07-store-positions); positions holds one entry per token of the
+        # call, so the read needs no slot
+        first = tl.load(Positions + (t * stride_pos)[:, None] + d[None, :] * 0, mask=live[:, None], other=1) == 0
         ch = h * D + d
 
     k = _rows(K, t0 * stride_kt + h * stride_kh, stride_kt, r, live, D)
