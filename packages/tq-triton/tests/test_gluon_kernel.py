@@ -457,15 +457,18 @@ def test_calibrated_hostile_metadata_stays_inside_the_tensors(
     [(4, [1, 1, 8, 5], 0), (8, [1, 8, 3, 8], 0), (8, [1, 8, 3, 8], 1), (1, [1, 16, 3, 1], 0)],
 )
 @pytest.mark.parametrize("splits", [1, 7])
-def test_both_kernels_agree_more_closely_than_with_tq_core(
-    preset, group, q_lens, wgmma, splits, gen, device, monkeypatch
-):
+def test_both_kernels_follow_the_same_numerics(preset, group, q_lens, wgmma, splits, gen, device, monkeypatch):
     """The portable and the Gluon kernel follow one tile step (``online_softmax``); what
-    differs is layout and the matrix instruction's summation order. Their outputs (float32)
-    must agree within :data:`CROSS_TOL` of the output's scale, and within half the smaller
-    of their distances to tq-core. (On an H200, 2026-12-02: at most 5.0e-5, mostly 1e-8 to
-    1e-6, where each kernel is 1.5e-4 to 4.1e-4 from tq-core: a score that rounds
-    differently in the last bit can move one fp16 weight by a unit in its last place.)"""
+    differs is layout and the matrix instruction's summation order. A score that rounds
+    differently in its last float32 bit can move one fp16 weight by a unit in its last
+    place, which moves that query row by up to ``2**-11`` of the value's size: a few rows,
+    by chance. A difference of numerics (a norm summed from fp16 squares in one kernel and
+    float32 squares in the other) moves every row. So the outputs (float32) must agree on
+    average within :data:`CROSS_MEAN_TOL` of the output's scale, and everywhere within
+    :data:`CROSS_MAX_TOL`. (Under the interpreter, 3-bit keys decoded by the register table
+    against the polynomial, another summation order: mean 1.1e-7 to 2.2e-7, largest 1e-5
+    to 1e-4; fp16 squares against float32 ones: mean 5.3e-6 to 6.7e-6. docs/perf/runs/
+    2026-12-06-store-positions.)"""
     if torch.device(device).type != "cuda":
         pytest.skip("cuda only")
     monkeypatch.setenv("TQ_BLOCK_KV", "32")
@@ -481,12 +484,18 @@ def test_both_kernels_agree_more_closely_than_with_tq_core(
         outs[kernel] = out
     assert ran, "the Gluon kernel did not run"
     scale = ref.abs().max()
-    cross = float((outs["0"] - outs["1"]).abs().max() / scale)
+    diff = (outs["0"] - outs["1"]).abs() / scale
+    cross, mean = float(diff.max()), float(diff.mean())
     to_core = min(float((o - ref).abs().max() / scale) for o in outs.values())
-    print(f"cross-kernel {preset} group {group} wgmma {wgmma} splits {splits}: {cross:.2e}, to tq-core {to_core:.2e}")
-    assert cross <= CROSS_TOL and cross <= to_core / 2, (cross, to_core)
+    print(
+        f"cross-kernel {preset} group {group} wgmma {wgmma} splits {splits}: largest {cross:.2e},"
+        f" mean {mean:.2e}, to tq-core {to_core:.2e}"
+    )
+    assert mean <= CROSS_MEAN_TOL and cross <= CROSS_MAX_TOL, (mean, cross, to_core)
 
 
-# the two kernels' largest difference, relative to the output's scale (tq-core's bound: TOL,
-# 100 times larger)
-CROSS_TOL = 1e-4
+# the two kernels' mean and largest difference, relative to the output's scale (tq-core's
+# bound: TOL, 1e-2): the mean 5x below that of fp16 against float32 norm squares, the largest
+# two fp16 units of one weight
+CROSS_MEAN_TOL = 1e-6
+CROSS_MAX_TOL = 2.0**-10
