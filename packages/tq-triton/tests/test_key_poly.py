@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import os
 
-import numpy as np
 import pytest
 import torch
 import triton
@@ -18,7 +17,15 @@ import triton.language as tl
 
 import tq_core
 from tq_triton.device_tensors import codebook
-from tq_triton.key_poly import columns_in_head_order, key_columns, poly_coefficients, poly_keys, query_in_key_order
+from tq_triton.key_poly import (
+    POLY_OFFSET,
+    POLY_SCALE,
+    columns_in_head_order,
+    key_columns,
+    poly_coefficients,
+    poly_keys,
+    query_in_key_order,
+)
 
 # the 3-bit codebooks the plan decodes by the polynomial: keys of vLLM's 3-bit formats, and
 # tq_k4v3's values
@@ -66,10 +73,10 @@ def test_the_polynomial_gives_every_centroid_bit_for_bit(name, head_dim):
     cent = _codebook(name, head_dim)
     coef = poly_coefficients(cent)
     assert coef is not None and coef.dtype == torch.float16
-    # every constant a normal fp16 number (no device may flush it), s a power of two
+    # every constant a normal fp16 number (no device may flush it); s and -3.5 s are the
+    # kernel's literals
     assert bool((coef.abs() >= 2.0**-14).all())
-    s = float(coef[0])
-    assert s == 2.0 ** round(np.log2(s)) and float(coef[1]) == -3.5 * s
+    assert float(coef[0]) == POLY_SCALE.value == 0.25 and float(coef[1]) == POLY_OFFSET.value == -0.875
     code = torch.arange(8)
     for fused in itertools.product((False, True), repeat=3):
         got = _horner(coef, code, fused)

@@ -1,7 +1,7 @@
 """3-bit codebook keys decoded by a polynomial in fp16 arithmetic, two codes per operation.
 
 A 3-bit Lloyd-Max codebook is odd-symmetric: centroid ``7 - c`` is ``-centroid[c]``. With
-``t = s (c - 3.5)`` (``s`` a power of two), centroid ``c`` is an odd polynomial of degree 7
+``t = (c - 3.5) / 4``, centroid ``c`` is an odd polynomial of degree 7
 in ``t``, ``t (a1 + a3 t^2 + a5 t^4 + a7 t^6)``, whose four coefficients interpolate the
 four positive centroids. :func:`poly_coefficients` searches fp16 coefficients near the
 real interpolant for which Horner's rule in fp16 gives every centroid **bit for bit**,
@@ -35,9 +35,13 @@ import triton.language as tl
 from .bitpack import fp16_halves, join4
 from .key_lut import group_selectors
 
-# the polynomial's variable is s (c - 3.5): s = 1/4 keeps every coefficient a normal fp16
-# number for tq's codebooks (head_dim 64, 128 and 256); then 1/2 and 1/8 are tried
-_SCALES = (0.25, 0.5, 0.125)
+# the polynomial's variable is s (c - 3.5) with s = 1/4, which keeps every coefficient a
+# normal fp16 number for tq's codebooks (head_dim 64 to 512). The kernel takes s and -3.5 s
+# as literals: with every constant loaded from memory, Triton 3.9 compiles the pairs'
+# arithmetic to scalar fp16 operations and repacks them (about a fifth more instructions per
+# token statically at head_dim 128), which Triton 3.6 does not
+POLY_SCALE = tl.constexpr(0.25)
+POLY_OFFSET = tl.constexpr(-3.5 * 0.25)
 # how far from the real interpolant's coefficients (in fp16 steps) the search looks
 _RADIUS = 6
 
@@ -72,26 +76,26 @@ def _evaluations(coef: np.ndarray, t: np.ndarray) -> np.ndarray:
 def _search(cent_bits: bytes) -> tuple[float, ...] | None:
     cent = np.frombuffer(cent_bits, dtype=np.float16)
     want = cent.astype(np.float32)
-    for s in _SCALES:
-        t = ((np.arange(8) - 3.5) * s).astype(np.float32)
-        vander = np.stack([t[4:].astype(np.float64) ** (2 * i + 1) for i in range(4)], 1)
-        real = np.linalg.solve(vander, cent[4:].astype(np.float64))
-        bits = real.astype(np.float16).view(np.uint16).astype(np.int64)
-        offsets = np.array(list(itertools.product(range(-_RADIUS, _RADIUS + 1), repeat=4)))
-        near = np.abs(offsets).sum(axis=1).argsort(kind="stable")
-        offsets = offsets[near]
-        coef = (bits[None, :] + offsets).astype(np.uint16).view(np.float16).astype(np.float32)
-        exact = (_evaluations(coef, t) == want[None, None, :]).all(axis=(0, 2))
-        normal = (np.abs(coef) >= 2.0**-14).all(axis=1) & np.isfinite(coef).all(axis=1)
-        found = np.nonzero(exact & normal)[0]
-        if len(found):
-            a = coef[found[0]]
-            return (s, -3.5 * s, float(a[0]), float(a[1]), float(a[2]), float(a[3]))
-    return None
+    s = POLY_SCALE.value
+    t = ((np.arange(8) - 3.5) * s).astype(np.float32)
+    vander = np.stack([t[4:].astype(np.float64) ** (2 * i + 1) for i in range(4)], 1)
+    real = np.linalg.solve(vander, cent[4:].astype(np.float64))
+    bits = real.astype(np.float16).view(np.uint16).astype(np.int64)
+    offsets = np.array(list(itertools.product(range(-_RADIUS, _RADIUS + 1), repeat=4)))
+    near = np.abs(offsets).sum(axis=1).argsort(kind="stable")
+    offsets = offsets[near]
+    coef = (bits[None, :] + offsets).astype(np.uint16).view(np.float16).astype(np.float32)
+    exact = (_evaluations(coef, t) == want[None, None, :]).all(axis=(0, 2))
+    normal = (np.abs(coef) >= 2.0**-14).all(axis=1) & np.isfinite(coef).all(axis=1)
+    found = np.nonzero(exact & normal)[0]
+    if not len(found):
+        return None
+    a = coef[found[0]]
+    return (s, -3.5 * s, float(a[0]), float(a[1]), float(a[2]), float(a[3]))
 
 
 def poly_coefficients(centroids_fp16: torch.Tensor) -> torch.Tensor | None:
-    """The fp16 constants ``[s, -3.5 s, a1, a3, a5, a7]`` that decode the 8-entry
+    """The fp16 constants ``[s, -3.5 s, a1, a3, a5, a7]`` (``s`` = :data:`POLY_SCALE`) that decode the 8-entry
     codebook ``centroids_fp16`` bit for bit (see the module's docstring), or None where the
     codebook is not odd-symmetric or no such coefficients lie near the interpolant."""
     if centroids_fp16.dtype != torch.float16 or centroids_fp16.numel() != 8:
@@ -142,9 +146,10 @@ def poly_keys(w0, w1, w2, Coef, T: tl.constexpr, D: tl.constexpr):
     """fp16 centroids ``[T, D]`` of a 3-bit key (or value) tile in :func:`key_columns`' order, and
     each token's squared centroid norm ``[T]`` (float32, as ``key_lut.lut_keys`` sums it).
     ``w0, w1, w2``: the chunk words ``[T, D // 32]`` (uint32); ``Coef``: fp16 pointer to
-    :func:`poly_coefficients`' constants."""
-    s = tl.load(Coef)
-    b = tl.load(Coef + 1)
+    :func:`poly_coefficients`' constants (``a1 .. a7`` are read; ``s`` and ``-3.5 s`` are
+    :data:`POLY_SCALE` and :data:`POLY_OFFSET`)."""
+    s = tl.full((), POLY_SCALE, tl.float16)
+    b = tl.full((), POLY_OFFSET, tl.float16)
     a1 = tl.load(Coef + 2)
     a3 = tl.load(Coef + 3)
     a5 = tl.load(Coef + 4)
