@@ -197,9 +197,12 @@ def _symmetric_code(x, BLOCK_T: tl.constexpr, D: tl.constexpr, LOG2_D: tl.conste
 @triton.jit
 def _coded(x, first, Gain, Offset, FirstOffset, ch):
     """Calibrated formats: the vectors the cache codes, ``gain * (x - offset)``, with the
-    first-position offset where ``first`` ([BLOCK_T, D] bool, one value per row) holds."""
+    first-position offset where ``first`` ([BLOCK_T, D] bool, one value per row) holds.
+    The gains are read into every row of the tile, as ``first`` is (one load per element;
+    the rows read the same lines): broadcast from a ``[D]`` vector they cost Triton a layout
+    conversion (docs/perf/runs/2026-12-06-store-positions)."""
     off = tl.where(first, tl.load(FirstOffset + ch)[None, :], tl.load(Offset + ch)[None, :])
-    return (x - off) * tl.load(Gain + ch)[None, :]
+    return (x - off) * tl.load(Gain + ch[None, :] + tl.zeros_like(first).to(ch.dtype))
 
 
 @triton.jit
