@@ -291,9 +291,9 @@ def _store_kernel(
     d = tl.arange(0, D)
     if CALIBRATED:
         # each row's position read into every element of the row, in the tiles' own layout:
-        # a [BLOCK_T] vector broadcast over them makes Triton convert layouts for it (docs/
-        # perf/runs/2026-12-06-store-positions); positions holds one entry per token of the
-        # call, so the read needs no slot
+        # a [BLOCK_T] vector broadcast over them makes Triton convert layouts for it
+        # (docs/perf/runs/2026-12-06-store-positions); positions holds one entry per token
+        # of the call, so the read needs no slot
         first = tl.load(Positions + (t * stride_pos)[:, None] + d[None, :] * 0, mask=live[:, None], other=1) == 0
         ch = h * D + d
 
