@@ -48,6 +48,20 @@ def test_store_matches_reference(preset, head_dim, dtype, gen, device):
     _differences_are_rounding_boundaries(ref, got, preset, head_dim, k, slots)
 
 
+@pytest.mark.parametrize("preset", NAMES)
+def test_store_reads_int32_positions_as_int64_ones(preset, gen, device):
+    """Positions may be int32 or int64 (vLLM passes either): the same tokens at the same
+    positions store the same bytes, padding slots included."""
+    heads, n, head_dim = 2, 45, 64
+    cal, pos, k, v = _store_inputs(gen, n, heads, head_dim, device)
+    a, b, nslots = caches(preset, head_dim, 16, heads, gen, device, n)
+    slots = torch.randperm(nslots, generator=gen)[:n].to(device)
+    slots[::5] = -1
+    tq_triton.store(k, v, a, slots, preset, calibration=cal, positions=pos)
+    tq_triton.store(k, v, b, slots, preset, calibration=cal, positions=pos.to(torch.int32))
+    assert torch.equal(a, b)
+
+
 # every format, head_dim and a spread of GQA groups; two more rows on a GPU (the
 # interpreter's time goes to the three)
 ATTENTION_ROWS = [("tq_k4v3", 64, 3), ("tq_k4v4", 128, 4), ("tq_k6v5", 256, 1)]
