@@ -51,7 +51,8 @@ def _kernel_device() -> str:
 def _horner(coef: torch.Tensor, code: torch.Tensor, fused: tuple[bool, bool, bool]) -> torch.Tensor:
     """The kernel's arithmetic for codes ``code``: fp16 operations rounded one by one (torch's
     fp16 arithmetic), or a multiply-add computed in float64 and rounded once (``fused``)."""
-    s, b, a1, a3, a5, a7 = coef.tolist()
+    s, b = POLY_SCALE.value, POLY_OFFSET.value
+    a1, a3, a5, a7 = coef.tolist()
 
     def fma(x: torch.Tensor, y: torch.Tensor | float, z: float, fuse: bool) -> torch.Tensor:
         if fuse:
@@ -73,18 +74,18 @@ def test_the_polynomial_gives_every_centroid_bit_for_bit(name, head_dim):
     cent = _codebook(name, head_dim)
     coef = poly_coefficients(cent)
     assert coef is not None and coef.dtype == torch.float16
-    # every constant a normal fp16 number (no device may flush it); s and -3.5 s are the
-    # kernel's literals
-    assert bool((coef.abs() >= 2.0**-14).all())
-    assert float(coef[0]) == POLY_SCALE.value == 0.25 and float(coef[1]) == POLY_OFFSET.value == -0.875
+    # every coefficient a normal fp16 number (no device may flush it); the variable's scale
+    # and offset are the kernel's literals, exact in fp16
+    assert coef.shape == (4,) and bool((coef.abs() >= 2.0**-14).all())
+    assert POLY_SCALE.value == 0.25 and POLY_OFFSET.value == -3.5 * 0.25
     code = torch.arange(8)
     for fused in itertools.product((False, True), repeat=3):
         got = _horner(coef, code, fused)
         assert torch.equal(got.view(torch.int16), cent.view(torch.int16)), fused
     # and the whole in float32, rounded once
     c = code.float()
-    t = c * float(coef[0]) + float(coef[1])
-    a1, a3, a5, a7 = (float(x) for x in coef[2:])
+    t = c * POLY_SCALE.value + POLY_OFFSET.value
+    a1, a3, a5, a7 = (float(x) for x in coef)
     got = (t * (((a7 * t * t + a5) * t * t + a3) * t * t + a1)).half()
     assert torch.equal(got.view(torch.int16), cent.view(torch.int16))
 

@@ -37,9 +37,9 @@ from .key_lut import group_selectors
 
 # the polynomial's variable is s (c - 3.5) with s = 1/4, which keeps every coefficient a
 # normal fp16 number for tq's codebooks (head_dim 64 to 512). The kernel takes s and -3.5 s
-# as literals: with every constant loaded from memory, Triton 3.9 compiles the pairs'
-# arithmetic to scalar fp16 operations and repacks them (about a fifth more instructions per
-# token statically at head_dim 128), which Triton 3.6 does not
+# as literals and reads only a1 .. a7 from memory: with every constant loaded, Triton 3.9
+# compiles the pairs' arithmetic to scalar fp16 operations and repacks them (about a fifth
+# more instructions per token statically at head_dim 128), which Triton 3.6 does not
 POLY_SCALE = tl.constexpr(0.25)
 POLY_OFFSET = tl.constexpr(-3.5 * 0.25)
 # how far from the real interpolant's coefficients (in fp16 steps) the search looks
@@ -91,13 +91,14 @@ def _search(cent_bits: bytes) -> tuple[float, ...] | None:
     if not len(found):
         return None
     a = coef[found[0]]
-    return (s, -3.5 * s, float(a[0]), float(a[1]), float(a[2]), float(a[3]))
+    return (float(a[0]), float(a[1]), float(a[2]), float(a[3]))
 
 
 def poly_coefficients(centroids_fp16: torch.Tensor) -> torch.Tensor | None:
-    """The fp16 constants ``[s, -3.5 s, a1, a3, a5, a7]`` (``s`` = :data:`POLY_SCALE`) that decode the 8-entry
-    codebook ``centroids_fp16`` bit for bit (see the module's docstring), or None where the
-    codebook is not odd-symmetric or no such coefficients lie near the interpolant."""
+    """The fp16 coefficients ``[a1, a3, a5, a7]`` of the polynomial in ``t = POLY_SCALE * c +
+    POLY_OFFSET`` that decode the 8-entry codebook ``centroids_fp16`` bit for bit (see the
+    module's docstring), or None where the codebook is not odd-symmetric or no such
+    coefficients lie near the interpolant."""
     if centroids_fp16.dtype != torch.float16 or centroids_fp16.numel() != 8:
         got = f"{centroids_fp16.dtype} {tuple(centroids_fp16.shape)}"
         raise ValueError(f"poly_coefficients: expected 8 fp16 centroids, got {got}")
@@ -146,14 +147,14 @@ def poly_keys(w0, w1, w2, Coef, T: tl.constexpr, D: tl.constexpr):
     """fp16 centroids ``[T, D]`` of a 3-bit key (or value) tile in :func:`key_columns`' order, and
     each token's squared centroid norm ``[T]`` (float32, as ``key_lut.lut_keys`` sums it).
     ``w0, w1, w2``: the chunk words ``[T, D // 32]`` (uint32); ``Coef``: fp16 pointer to
-    :func:`poly_coefficients`' constants (``a1 .. a7`` are read; ``s`` and ``-3.5 s`` are
+    :func:`poly_coefficients`' ``a1 .. a7`` (the variable's scale and offset are
     :data:`POLY_SCALE` and :data:`POLY_OFFSET`)."""
     s = tl.full((), POLY_SCALE, tl.float16)
     b = tl.full((), POLY_OFFSET, tl.float16)
-    a1 = tl.load(Coef + 2)
-    a3 = tl.load(Coef + 3)
-    a5 = tl.load(Coef + 4)
-    a7 = tl.load(Coef + 5)
+    a1 = tl.load(Coef)
+    a3 = tl.load(Coef + 1)
+    a5 = tl.load(Coef + 2)
+    a7 = tl.load(Coef + 3)
     # [T, D // 32, 2, 2]: group pairs G = 0..3 in order, then each pair's codes k = 0..3
     p = join4(
         _group_pair(w0, w1, w2, 0), _group_pair(w0, w1, w2, 1), _group_pair(w0, w1, w2, 2), _group_pair(w0, w1, w2, 3)
