@@ -105,18 +105,24 @@ def load_words(row_ptr, mask, BITS: tl.constexpr, D: tl.constexpr):
     if BITS == 4:
         w = tl.load(row_ptr[:, None] + tl.arange(0, D // 8)[None, :], mask=mask[:, None], other=0).to(tl.uint32)
         return w, w, w, w, w, w
+    elif BITS == 3:
+        # Loaded as [D // 32, T] and transposed: Triton then lays the lanes along the chunks
+        # rather than the tokens, and the decoded tile reaches the products without a
+        # one-element shared-memory store per code (sm_90). 5- and 6-bit codes keep the
+        # token-major load: their codebook gather goes through shared memory with this one.
+        pt = row_ptr[None, :] + (tl.arange(0, D // 32) * BITS)[:, None]
+        w0 = tl.trans(tl.load(pt, mask=mask[None, :], other=0).to(tl.uint32))
+        w1 = tl.trans(tl.load(pt + 1, mask=mask[None, :], other=0).to(tl.uint32))
+        w2 = tl.trans(tl.load(pt + 2, mask=mask[None, :], other=0).to(tl.uint32))
+        return w0, w1, w2, w2, w2, w2
     else:
         p = row_ptr[:, None] + (tl.arange(0, D // 32) * BITS)[None, :]
         w0 = tl.load(p, mask=mask[:, None], other=0).to(tl.uint32)
         w1 = tl.load(p + 1, mask=mask[:, None], other=0).to(tl.uint32)
         w2 = tl.load(p + 2, mask=mask[:, None], other=0).to(tl.uint32)
-        w3 = w2
-        w4 = w2
-        w5 = w2
-        if BITS >= 5:
-            w3 = tl.load(p + 3, mask=mask[:, None], other=0).to(tl.uint32)
-            w4 = tl.load(p + 4, mask=mask[:, None], other=0).to(tl.uint32)
-            w5 = w4
+        w3 = tl.load(p + 3, mask=mask[:, None], other=0).to(tl.uint32)
+        w4 = tl.load(p + 4, mask=mask[:, None], other=0).to(tl.uint32)
+        w5 = w4
         if BITS == 6:
             w5 = tl.load(p + 5, mask=mask[:, None], other=0).to(tl.uint32)
         return w0, w1, w2, w3, w4, w5
