@@ -12,8 +12,10 @@ from tqt_helpers import ON_GPU, assert_close, make_batch, reference, run_triton
 
 import tq_core
 import tq_triton
+from tq_triton.attention import plan
 from tq_triton.attention.bounds import balanced_chunk, request_bounds
 from tq_triton.attention.plan import kernel_constexprs
+from tq_triton.tuning import AttentionConfig
 
 PRESETS = list(tq_core.PRESETS)
 
@@ -48,6 +50,36 @@ def test_matches_reference_ragged(preset, head_dim, group, gen, device):
 def test_long_sequences_splits_and_value_accumulation(preset, block_size, splits, gen, device):
     b = make_batch(gen, preset, *LONG, head_dim=128, num_kv_heads=2, group=4, block_size=block_size, device=device)
     assert_close(*run_triton(b, splits=splits))
+
+
+@pytest.mark.parametrize("preset", ["turboquant_k3v4_nc", "turboquant_3bit_nc", "tq_k4v3"])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_three_bit_words_loaded_either_way(preset, transposed, gen, device, monkeypatch):
+    """The portable kernel loads 3-bit code words token-major or transposed
+    (``plan.transposed_chunks`` picks by the Triton version): both give the reference's
+    results, keys (k3v4_nc, 3bit_nc) and values (3bit_nc, tq_k4v3) alike."""
+    monkeypatch.setenv("TQ_GLUON", "0")
+    monkeypatch.setattr(plan, "transposed_chunks", lambda p: transposed)
+    b = make_batch(gen, preset, *SHORT, head_dim=128, num_kv_heads=2, group=4, device=device)
+    assert_close(*run_triton(b))
+
+
+@pytest.mark.parametrize(
+    ("preset", "version", "want"),
+    [
+        ("turboquant_k3v4_nc", (3, 6), True),
+        ("tq_k4v3", (3, 5), True),
+        ("turboquant_3bit_nc", (3, 7), False),
+        ("turboquant_k3v4_nc", (4, 0), False),
+        ("turboquant_k8v4", (3, 6), False),
+        ("tq_k6v5", (3, 6), False),
+    ],
+)
+def test_transposed_chunks_follow_the_triton_version(preset, version, want, monkeypatch):
+    monkeypatch.setattr(plan, "_triton_version", lambda: version)
+    p = tq_core.get_preset(preset)
+    fields = p.kernel_fields(p.block_layout(128, 16, 2)).constexprs()
+    assert kernel_constexprs(p, fields, AttentionConfig(), 4, 8, 1, 4)["CHUNKS_T"] is want
 
 
 @pytest.mark.parametrize("preset", ["turboquant_k3v4_nc", "turboquant_k8v4"])

@@ -95,21 +95,21 @@ def unpack4(w, T: tl.constexpr, D: tl.constexpr):
 
 
 @triton.jit
-def load_words(row_ptr, mask, BITS: tl.constexpr, D: tl.constexpr):
+def load_words(row_ptr, mask, BITS: tl.constexpr, D: tl.constexpr, TRANSPOSED: tl.constexpr = False):
     """Load a tile's packed codes. ``row_ptr``: int32 pointers ``[T]`` to each row's first word.
 
     Returns the row's words as a tuple of six uint32 tensors (see the module docstring):
     for 4 bits the words ``[T, D // 8]`` six times, for 3, 5 and 6 bits the chunk words
-    ``[T, D // 32]``, the last one repeated past ``BITS``.
+    ``[T, D // 32]``, the last one repeated past ``BITS``. ``TRANSPOSED`` (3 bits only;
+    ``attention.plan.transposed_chunks``): the chunk words are loaded as ``[D // 32, T]``
+    and transposed, the same values in another register layout.
     """
     if BITS == 4:
         w = tl.load(row_ptr[:, None] + tl.arange(0, D // 8)[None, :], mask=mask[:, None], other=0).to(tl.uint32)
         return w, w, w, w, w, w
-    elif BITS == 3:
-        # Loaded as [D // 32, T] and transposed: Triton then lays the lanes along the chunks
-        # rather than the tokens, and the decoded tile reaches the products without a
-        # one-element shared-memory store per code (sm_90). 5- and 6-bit codes keep the
-        # token-major load: their codebook gather goes through shared memory with this one.
+    elif BITS == 3 and TRANSPOSED:
+        # Triton then lays the lanes along the chunks rather than the tokens (see
+        # attention.plan.transposed_chunks for the compilers where that pays)
         pt = row_ptr[None, :] + (tl.arange(0, D // 32) * BITS)[:, None]
         w0 = tl.trans(tl.load(pt, mask=mask[None, :], other=0).to(tl.uint32))
         w1 = tl.trans(tl.load(pt + 1, mask=mask[None, :], other=0).to(tl.uint32))

@@ -96,6 +96,7 @@ def attention_kernel(
     VALUE_PAIRS: tl.constexpr = False,
     KEY_POLY: tl.constexpr = False,
     VALUE_POLY: tl.constexpr = False,
+    CHUNKS_T: tl.constexpr = False,
 ):
     """``PREFETCH``: issue each tile's loads one iteration ahead of its decoding (and its
     block ids two ahead), by hand; the loop then carries no ``num_stages`` of its own
@@ -111,7 +112,8 @@ def attention_kernel(
     sized from the batch's lengths for about ``split_programs`` programs
     (``bounds.balanced_chunk``); otherwise each request's sequence is divided evenly.
     ``SKIP_EMPTY`` (with kv splits): a split with no position for a query chunk writes only
-    its rows' log-sum-exp (-inf); ``merge_kernel`` must then be launched with it too."""
+    its rows' log-sum-exp (-inf); ``merge_kernel`` must then be launched with it too.
+    ``CHUNKS_T``: 3-bit code words loaded transposed (``plan.transposed_chunks``)."""
     r = tl.program_id(0)
     h = tl.program_id(1)
     split = tl.program_id(2)
@@ -211,6 +213,7 @@ def attention_kernel(
                     KBITS=KBITS,
                     VBITS=VBITS,
                     CALIBRATED=CALIBRATED,
+                    CHUNKS_T=CHUNKS_T,
                 )
                 blk = tile_block_ids(bt_row, stride_bc, kv_lo + BLOCK_KV, hi, last_block, BLOCK_KV, BLOCK_SIZE)
             for start in tl.range(kv_lo, hi, BLOCK_KV, num_stages=LOOP_STAGES):
@@ -242,6 +245,7 @@ def attention_kernel(
                     KBITS=KBITS,
                     VBITS=VBITS,
                     CALIBRATED=CALIBRATED,
+                    CHUNKS_T=CHUNKS_T,
                 )
                 if PREFETCH:
                     blk = tile_block_ids(bt_row, stride_bc, start + 2 * BLOCK_KV, hi, last_block, BLOCK_KV, BLOCK_SIZE)

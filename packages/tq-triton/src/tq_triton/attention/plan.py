@@ -221,6 +221,24 @@ def poly_values(preset: Preset, head_dim: int) -> bool:
     return cached_poly_value_coefficients(preset, head_dim, torch.device("cpu")) is not None
 
 
+def _triton_version() -> tuple[int, int]:
+    major, minor = [*triton.__version__.split("."), "0"][:2]
+    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+
+
+def transposed_chunks(preset: Preset) -> bool:
+    """The portable kernel's ``CHUNKS_T``: load the preset's 3-bit code words as
+    ``[D // 32, T]`` and transpose them (``bitpack.load_words``), where the installed Triton
+    is 3.6 or older. Those versions lay out the decoded tile of a token-major load with the
+    tokens on the lanes, and on sm_90 it reaches the matrix products through a 16-bit
+    shared-memory store per element; loaded transposed it does not (on an H100 with Triton
+    3.6 the kernel took 4-18% less time for k3v4_nc and 3bit_nc,
+    docs/perf/runs/2026-12-07-transposed-chunk-loads). Triton 3.7 to 3.9 already lay the
+    token-major load out without those stores, and the transposed load brings them back
+    (statically 3-9% more instructions per token)."""
+    return 3 in (preset.key_bits, preset.value_bits) and _triton_version() < (3, 7)
+
+
 def kernel_constexprs(
     preset: Preset,
     fields: dict[str, int],
@@ -259,6 +277,7 @@ def kernel_constexprs(
         VALUE_PAIRS=value_pairs(preset),
         KEY_POLY=poly,
         VALUE_POLY=vpoly,
+        CHUNKS_T=transposed_chunks(preset),
     )
 
 

@@ -64,10 +64,12 @@ def load_tile(
     KBITS: tl.constexpr,
     VBITS: tl.constexpr,
     CALIBRATED: tl.constexpr = False,
+    CHUNKS_T: tl.constexpr = False,
 ):
     """Issue the loads of the tile at ``start`` (raw packed words; decoding happens in
     :func:`attend_tile`). ``head_base``: the cache plus this kv head's offset; ``blk``: the
-    tile's block ids, inside the cache (:func:`tile_block_ids`)."""
+    tile's block ids, inside the cache (:func:`tile_block_ids`); ``CHUNKS_T``: 3-bit code
+    words loaded transposed (``bitpack.load_words``' ``TRANSPOSED``)."""
     pos = start + tl.arange(0, BLOCK_KV)
     ok = pos < hi
     base = head_base + blk * stride_blk
@@ -78,9 +80,9 @@ def load_tile(
         kw = (k8, k8, k8, k8, k8, k8)
         kn = tl.zeros((BLOCK_KV,), dtype=tl.float16)
     else:
-        kw = load_words(field_ptr(base, off, KEY_OFF, KEY_BYTES).to(tl.pointer_type(tl.int32)), ok, KBITS, D)
+        kw = load_words(field_ptr(base, off, KEY_OFF, KEY_BYTES).to(tl.pointer_type(tl.int32)), ok, KBITS, D, CHUNKS_T)
         kn = tl.load(field_ptr(base, off, NORM_OFF, FP16_BYTES).to(tl.pointer_type(tl.float16)), mask=ok, other=0.0)
-    vw = load_words(field_ptr(base, off, VAL_OFF, VAL_BYTES).to(tl.pointer_type(tl.int32)), ok, VBITS, D)
+    vw = load_words(field_ptr(base, off, VAL_OFF, VAL_BYTES).to(tl.pointer_type(tl.int32)), ok, VBITS, D, CHUNKS_T)
     vs = tl.load(field_ptr(base, off, SCALE_OFF, FP16_BYTES).to(tl.pointer_type(tl.float16)), mask=ok, other=0.0)
     if CALIBRATED:
         vz = tl.zeros((BLOCK_KV,), dtype=tl.float16)
