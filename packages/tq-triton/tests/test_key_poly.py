@@ -18,6 +18,8 @@ import triton.language as tl
 import tq_core
 from tq_triton.device_tensors import codebook
 from tq_triton.key_poly import (
+    PAIR_OFFSET,
+    PAIR_SCALE,
     POLY_OFFSET,
     POLY_SCALE,
     columns_in_head_order,
@@ -59,13 +61,34 @@ def _horner(coef: torch.Tensor, code: torch.Tensor, fused: tuple[bool, bool, boo
             return (x.double() * (y.double() if isinstance(y, torch.Tensor) else y) + z).half()
         return x * y + torch.tensor(z, dtype=torch.float16)
 
-    c = code.half()
-    t = fma(c, torch.tensor(s, dtype=torch.float16), b, True)  # exact either way
+    # the kernel's t: one multiply-add on the fp16 number 1024 + 2 code, exact either way
+    # (test_the_variable_is_exact_from_the_code_pairs)
+    t = fma((1024 + 2 * code).half(), torch.tensor(PAIR_SCALE.value, dtype=torch.float16), PAIR_OFFSET.value, True)
+    assert torch.equal(t, (code * s + b).half())
     t2 = t * t
     u = fma(torch.full_like(t2, a7), t2, a5, fused[0])
     u = fma(u, t2, a3, fused[1])
     u = fma(u, t2, a1, fused[2])
     return u * t
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_the_variable_is_exact_from_the_code_pairs(fused):
+    """The kernel forms ``t = POLY_SCALE * code + POLY_OFFSET`` in one multiply-add from the
+    fp16 number ``1024 + 2 code`` (``_codes_pair``): exact whether the multiply-add is fused
+    or rounded twice, so the polynomial's search (made on ``t``) holds."""
+    code = torch.arange(8)
+    h = (1024 + 2 * code).half()
+    assert torch.equal(h.float(), (1024 + 2 * code).float())
+    scale = torch.tensor(PAIR_SCALE.value, dtype=torch.float16)
+    offset = torch.tensor(PAIR_OFFSET.value, dtype=torch.float16)
+    assert float(offset) == PAIR_OFFSET.value
+    if fused:
+        t = (h.double() * PAIR_SCALE.value + PAIR_OFFSET.value).half()
+    else:
+        t = h * scale + offset
+    want = code.double() * POLY_SCALE.value + POLY_OFFSET.value
+    assert torch.equal(t.double(), want)
 
 
 @pytest.mark.parametrize("name", POLY_CODEBOOKS)

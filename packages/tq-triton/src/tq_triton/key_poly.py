@@ -9,8 +9,9 @@ whichever way a compiler or device evaluates it: each multiply-add fused or roun
 or the whole polynomial in float32 and rounded once. So the decoded keys are the codebook's
 fp16 values, as the register table (``key_lut``) gives them, on every backend.
 
-Each thread holds two codes per 32-bit word (16 bits apart, ``0x6400 | code`` is the fp16
-number ``1024 + code``), so the polynomial runs on fp16 pairs: about 4 operations per
+Each thread holds two codes per 32-bit word (16 bits apart, ``0x6400 | (code << 1)`` is
+the fp16 number ``1024 + 2 code``, from which one multiply-add gives ``t`` exactly), so the
+polynomial runs on fp16 pairs: about 4 operations per
 code, where the register table's byte picks cost about 9 in plain Triton. The pairs put
 position ``4G + k + 16h`` of each 32-code chunk at column ``8G + 2k + h``
 (:func:`key_columns`); the query is permuted into that order once per program
@@ -42,6 +43,11 @@ from .key_lut import group_selectors
 # more instructions per token statically at head_dim 128), which Triton 3.6 does not
 POLY_SCALE = tl.constexpr(0.25)
 POLY_OFFSET = tl.constexpr(-3.5 * 0.25)
+# the kernel forms t in one multiply-add from the fp16 number 1024 + 2 c (code c placed at
+# bit 1 of a half, under 0x6400): (1024 + 2 c) / 8 = 128 + c / 4 is exact in fp16 (a step of
+# 1/8 there), and so are -128.875 and the sum c / 4 - 0.875, fused or not
+PAIR_SCALE = tl.constexpr(0.125)
+PAIR_OFFSET = tl.constexpr(-3.5 * 0.25 - 1024 * 0.125)
 # how far from the real interpolant's coefficients (in fp16 steps) the search looks
 _RADIUS = 6
 
@@ -138,8 +144,13 @@ def _group_pair(w0, w1, w2, G: tl.constexpr):
 
 @triton.jit
 def _codes_pair(p, K: tl.constexpr):
-    """Code ``K`` of both groups of ``p`` as the fp16 pair ``1024 + code``."""
-    return ((p >> (4 * K)) & 0x00070007) | 0x64006400
+    """Code ``K`` of both groups of ``p`` as the fp16 pair ``1024 + 2 code`` (each code at bit
+    1 of its half)."""
+    if K == 0:
+        x = (p << 1) & 0x000E000E
+    else:
+        x = (p >> (4 * K - 1)) & 0x000E000E
+    return x | 0x64006400
 
 
 @triton.jit
@@ -149,8 +160,8 @@ def poly_keys(w0, w1, w2, Coef, T: tl.constexpr, D: tl.constexpr):
     ``w0, w1, w2``: the chunk words ``[T, D // 32]`` (uint32); ``Coef``: fp16 pointer to
     :func:`poly_coefficients`' ``a1 .. a7`` (the variable's scale and offset are
     :data:`POLY_SCALE` and :data:`POLY_OFFSET`)."""
-    s = tl.full((), POLY_SCALE, tl.float16)
-    b = tl.full((), POLY_OFFSET, tl.float16)
+    s = tl.full((), PAIR_SCALE, tl.float16)
+    b = tl.full((), PAIR_OFFSET, tl.float16)
     a1 = tl.load(Coef)
     a3 = tl.load(Coef + 1)
     a5 = tl.load(Coef + 2)
@@ -161,8 +172,8 @@ def poly_keys(w0, w1, w2, Coef, T: tl.constexpr, D: tl.constexpr):
     )
     x = join4(_codes_pair(p, 0), _codes_pair(p, 1), _codes_pair(p, 2), _codes_pair(p, 3))
     # each word's halves, low first: column 8 G + 2 k + h
-    c = fp16_halves(x).reshape(T, D) - 1024.0
-    t = c * s + b
+    # t = POLY_SCALE * code + POLY_OFFSET, exactly (see PAIR_SCALE)
+    t = fp16_halves(x).reshape(T, D) * s + b
     t2 = t * t
     k16 = ((a7 * t2 + a5) * t2 + a3) * t2 + a1
     k16 = k16 * t
