@@ -235,7 +235,7 @@ def transposed_chunks(preset: Preset) -> bool:
     3.6 the kernel took 4-18% less time for k3v4_nc and 3bit_nc,
     docs/perf/runs/2026-12-07-transposed-chunk-loads). Triton 3.7 to 3.9 already lay the
     token-major load out without those stores, and the transposed load brings them back
-    (statically 3-9% more instructions per token)."""
+    (statically 1-14% more instructions per token)."""
     return 3 in (preset.key_bits, preset.value_bits) and _triton_version() < (3, 7)
 
 
