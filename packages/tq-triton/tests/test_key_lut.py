@@ -291,7 +291,9 @@ def test_the_portable_kernel_has_no_inline_assembly():
 
 
 @triton.jit
-def _decode_tile(W, Table, Out, Sq, BITS: tl.constexpr, T: tl.constexpr, D: tl.constexpr, TABLE: tl.constexpr):
+def _decode_tile(
+    W, Table, Out, Sq, BITS: tl.constexpr, T: tl.constexpr, D: tl.constexpr, TABLE: tl.constexpr, WIDE: tl.constexpr
+):
     """``codebook_tile`` of a tile of packed codes ``W`` (int32 ``[T, D * BITS // 32]``), loaded
     as ``bitpack.load_words`` loads them: for 3 bits the three words of each 32-code chunk,
     ``[T, D // 32]`` each; for 4 bits the words ``[T, D // 8]``."""
@@ -305,7 +307,7 @@ def _decode_tile(W, Table, Out, Sq, BITS: tl.constexpr, T: tl.constexpr, D: tl.c
             tl.load(row + 1).to(tl.uint32, bitcast=True),
             tl.load(row + 2).to(tl.uint32, bitcast=True),
         )
-    k16, sq = codebook_tile(ws, Table, BITS, T, D, TABLE)
+    k16, sq = codebook_tile(ws, Table, BITS, T, D, TABLE, WIDE)
     tl.store(Out + t * D + tl.arange(0, D)[None, :], k16)
     tl.store(Sq + tl.arange(0, T), sq)
 
@@ -336,15 +338,16 @@ def test_the_table_lookup_gives_the_gathered_centroids(preset, values, gen):
     words = [[(v >> (32 * i)) & 0xFFFFFFFF for i in range(nw)] for v in stream]
     w = torch.tensor([[x - (1 << 32) if x >= 1 << 31 else x for x in row] for row in words], dtype=torch.int32)
     outs = {}
-    for table in (False, True):
+    # gathered; the table; for 4-bit codes the table's 64-bit form too (plan.wide_key_tables)
+    for table, wide in [(False, False), (True, False)] + [(True, True)] * (bits == 4):
         out = torch.zeros(T, D, dtype=torch.float16, device=dev)
         sq = torch.zeros(T, dtype=torch.float32, device=dev)
         tab = lut_words(cent).to(dev) if table else cent.to(dev)
-        _decode_tile[(1,)](w.to(dev), tab, out, sq, bits, T, D, table)
-        outs[table] = (out.cpu(), sq.cpu())
+        _decode_tile[(1,)](w.to(dev), tab, out, sq, bits, T, D, table, wide)
+        outs[table, wide] = (out.cpu(), sq.cpu())
     want = cent[codes]
-    for table, (out, sq) in outs.items():
-        assert torch.equal(out.view(torch.int16), want.view(torch.int16)), (preset, table)
+    for form, (out, sq) in outs.items():
+        assert torch.equal(out.view(torch.int16), want.view(torch.int16)), (preset, form)
         torch.testing.assert_close(sq, want.float().pow(2).sum(1), rtol=2e-3, atol=0)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tq_triton.value_words import value_columns, value_columns_fn
+from tq_triton.value_words import value_columns, value_columns_fn, value_columns_in_head_order
 
 
 def _expected(d: int) -> list[int]:
@@ -34,3 +34,25 @@ def test_triton_compiles_the_same_map(device):
     out = torch.empty(d, dtype=torch.int32, device=device)
     cols_kernel[(1,)](out, d)
     assert out.cpu().tolist() == _expected(d)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_accumulator_goes_back_to_head_order(d, device):
+    """``value_columns_in_head_order`` puts a tile whose column c holds dimension
+    ``value_columns(c)`` (as the portable kernel's tq_k4v4 accumulator does) in head order."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def back_kernel(X, Out, M: tl.constexpr, D: tl.constexpr):
+        r = tl.arange(0, M)[:, None]
+        c = tl.arange(0, D)[None, :]
+        x = tl.load(X + r * D + c)
+        tl.store(Out + r * D + c, value_columns_in_head_order(x, M, D))
+
+    m = 16
+    head = torch.randn(m, d, device=device)
+    tile = head[:, _expected(d)].contiguous()  # column c holds dimension value_columns(c)
+    out = torch.empty_like(tile)
+    back_kernel[(1,)](tile, out, m, d)
+    assert torch.equal(out, head)

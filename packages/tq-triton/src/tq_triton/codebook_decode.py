@@ -81,16 +81,19 @@ def codebook_keys(ws, Centroids, BITS: tl.constexpr, T: tl.constexpr, D: tl.cons
 
 
 @triton.jit
-def codebook_tile(ws, Table, BITS: tl.constexpr, T: tl.constexpr, D: tl.constexpr, TABLE: tl.constexpr):
+def codebook_tile(
+    ws, Table, BITS: tl.constexpr, T: tl.constexpr, D: tl.constexpr, TABLE: tl.constexpr, WIDE: tl.constexpr = True
+):
     """:func:`codebook_keys` for keys or calibrated values: ``TABLE`` False gathers the
     centroids from ``Table`` (the fp16 codebook); True looks them up in the register table of
     a 3- or 4-bit codebook in Triton integer operations (``Table`` is then
-    ``key_lut.lut_words``' table; ``plan.table_keys``)."""
+    ``key_lut.lut_words``' table; ``plan.table_keys``), 4-bit ones through its 64-bit form
+    with ``WIDE`` (``key_lut.lut16_values``)."""
     if TABLE:
         tl.static_assert(BITS == 3 or BITS == 4, "only 3- and 4-bit codebooks have a register table")
     if TABLE and BITS == 3:
         return lut_keys(ws[0], ws[1], ws[2], Table, T, D)
     elif TABLE:
-        return lut16_values(ws[0], Table, T, D)
+        return lut16_values(ws[0], Table, T, D, WIDE)
     else:
         return codebook_keys(ws, Table, BITS, T, D)

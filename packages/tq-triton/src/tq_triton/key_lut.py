@@ -18,7 +18,11 @@ position order from one elementwise lookup.
 A 16-entry codebook does not fit one 8-byte table, but tq's are symmetric (centroid
 ``15 - c`` is ``-centroid[c]``): the table holds the 8 magnitudes, a code's low 3 bits
 (flipped for the negative half) select its magnitude, and its bit 3 its sign
-(:func:`lut16_values`).
+(:func:`lut16_values`). Those codes read their magnitudes whole from two 64-bit words (one
+64-bit select and shift per code) and take the sign as a bit ORed in, where picking a low
+and a high byte from the 32-bit words and negating by a select costs about twice the
+instructions; the plan keeps the byte picks where the wider values measured slower
+(``plan.wide_key_tables``).
 """
 
 from __future__ import annotations
@@ -144,15 +148,56 @@ def lut_keys(w0, w1, w2, Lut, T: tl.constexpr, D: tl.constexpr):
 
 
 @triton.jit
-def _lookup4_signed(sel, raw, la, lb, ha, hb):
+def _wide_tables(la, lb, ha, hb):
+    """The 8 fp16 magnitudes of :func:`lut_words`' table as two uint64 words (magnitudes 0-3
+    and 4-7, magnitude ``i`` in bits ``16 (i % 4)`` up), from its four byte words."""
+    lo = la.to(tl.uint64)
+    hi = ha.to(tl.uint64)
+    m03 = tl.zeros((), tl.uint64)
+    m47 = tl.zeros((), tl.uint64)
+    lo2 = lb.to(tl.uint64)
+    hi2 = hb.to(tl.uint64)
+    for i in tl.static_range(4):
+        m03 |= (((lo >> (8 * i)) & 0xFF) | (((hi >> (8 * i)) & 0xFF) << 8)) << (16 * i)
+        m47 |= (((lo2 >> (8 * i)) & 0xFF) | (((hi2 >> (8 * i)) & 0xFF) << 8)) << (16 * i)
+    return m03, m47
+
+
+@triton.jit
+def _pick16(m03, m47, sel, raw, K: tl.constexpr):
+    """The fp16 centroid of code ``K`` (0..3) of ``sel`` / ``raw``: its magnitude by one 64-bit
+    select and one 64-bit shift, its sign the code's bit 3 inverted, moved to bit 15."""
+    n = (sel >> (4 * K)) & 7
+    mag = (tl.where(n < 4, m03, m47) >> ((n & 3) * 16).to(tl.uint64)).to(tl.uint32) & 0xFFFF
+    sign = (~raw << (12 - 4 * K)) & 0x8000
+    return (mag | sign).to(tl.uint16).to(tl.float16, bitcast=True)
+
+
+@triton.jit
+def _lookup4_signed(sel, raw, la, lb, ha, hb, WIDE: tl.constexpr):
     """:func:`_lookup4` in a symmetric 16-entry table (:func:`lut16_values`): ``sel`` the
-    magnitude selectors, ``raw`` the four 4-bit codes (uint32, bits 0-15)."""
-    c0, c1, c2, c3, sq = _lookup4(sel, la, lb, ha, hb)
-    # bit 3 of a code is its sign (set: positive)
-    c0 = tl.where((raw & 0x8) != 0, c0, -c0)
-    c1 = tl.where((raw & 0x80) != 0, c1, -c1)
-    c2 = tl.where((raw & 0x800) != 0, c2, -c2)
-    c3 = tl.where((raw & 0x8000) != 0, c3, -c3)
+    magnitude selectors, ``raw`` the four 4-bit codes (uint32, bits 0-15). ``WIDE``: the
+    magnitudes are read whole from two 64-bit words (:func:`_wide_tables`), a code costing a
+    64-bit select and shift and its sign one OR; otherwise byte by byte from the 32-bit words
+    (a select, a shift and a mask per byte) and negated by a select."""
+    if WIDE:
+        m03, m47 = _wide_tables(la, lb, ha, hb)
+        c0 = _pick16(m03, m47, sel, raw, 0)
+        c1 = _pick16(m03, m47, sel, raw, 1)
+        c2 = _pick16(m03, m47, sel, raw, 2)
+        c3 = _pick16(m03, m47, sel, raw, 3)
+        f0 = c0.to(tl.float32)
+        f1 = c1.to(tl.float32)
+        f2 = c2.to(tl.float32)
+        f3 = c3.to(tl.float32)
+        sq = (f0 * f0 + f2 * f2) + (f1 * f1 + f3 * f3)
+    else:
+        c0, c1, c2, c3, sq = _lookup4(sel, la, lb, ha, hb)
+        # bit 3 of a code is its sign (set: positive)
+        c0 = tl.where((raw & 0x8) != 0, c0, -c0)
+        c1 = tl.where((raw & 0x80) != 0, c1, -c1)
+        c2 = tl.where((raw & 0x800) != 0, c2, -c2)
+        c3 = tl.where((raw & 0x8000) != 0, c3, -c3)
     return c0, c1, c2, c3, sq
 
 
@@ -169,7 +214,7 @@ magnitude_selectors = triton.jit(magnitude_selectors_fn)
 
 
 @triton.jit
-def lut16_values(w, Lut, T: tl.constexpr, D: tl.constexpr):
+def lut16_values(w, Lut, T: tl.constexpr, D: tl.constexpr, WIDE: tl.constexpr = True):
     """fp16 centroids ``[T, D]`` of a tile of 4-bit codes of a symmetric codebook and each
     token's squared centroid norm ``[T]``, as ``codebook_decode.codebook_keys`` returns them.
     ``w``: the words ``[T, D // 8]`` (8 codes each, low nibble first); ``Lut``: int32 pointer
@@ -178,11 +223,13 @@ def lut16_values(w, Lut, T: tl.constexpr, D: tl.constexpr):
     Code ``c`` is ``+magnitude[c - 8]`` from 8 on and ``-magnitude[7 - c]`` below, so a
     nibble's magnitude selector is ``c ^ 7`` where bit 3 is clear and ``c & 7`` where it is
     set: one xor with 7 times the complement of bit 3, for the 8 nibbles of a word at once.
-    The 4-code groups are the words' low and high halves."""
+    The 4-code groups are the words' low and high halves. ``WIDE``: see :func:`_lookup4_signed`
+    (``plan.wide_key_tables``)."""
     la, lb, ha, hb = _table_words(Lut)
     sel = magnitude_selectors(w)
     # [T, D // 8, 2]: a word's low half (codes 0-3) first
-    c0, c1, c2, c3, sq = _lookup4_signed(tl.join(sel & 0xFFFF, sel >> 16), tl.join(w & 0xFFFF, w >> 16), la, lb, ha, hb)
+    halves = tl.join(w & 0xFFFF, w >> 16)
+    c0, c1, c2, c3, sq = _lookup4_signed(tl.join(sel & 0xFFFF, sel >> 16), halves, la, lb, ha, hb, WIDE)
     # positions 8W + 4H + 2k + m, as in lut_keys
     v16 = join4(c0, c1, c2, c3).reshape(T, D)
     return v16, tl.sum(sq.reshape(T, D // 4), axis=1)

@@ -8,7 +8,9 @@ one exact fp16 subtraction centres it to ``code - 8``. The pair's halves stay si
 so the value tile's columns are not in head_dim order: column ``c`` of the tile holds
 dimension :func:`value_columns` ``(c)``, and whatever is written from the value product's
 columns goes through that map (the Gluon kernel's output, and the merge kernel's, which
-reads its partial outputs).
+reads its partial outputs), or is put back in head order first
+(:func:`value_columns_in_head_order`: the portable kernel's accumulator of tq_k4v4's
+symmetric values, before it is rotated back).
 
 The token-rows kernel looks calibrated formats' 3-bit Lloyd-Max value codes up by nibble:
 :func:`nibbles_fn` spreads 8 codes (24 stream bits) to the 8 nibbles of a word.
@@ -17,7 +19,7 @@ The token-rows kernel looks calibrated formats' 3-bit Lloyd-Max value codes up b
 from __future__ import annotations
 
 import triton
-import triton.language as tl  # noqa: F401  (the interpreter looks for it in a jit function's module)
+import triton.language as tl
 
 
 def value_columns_fn(c):
@@ -30,6 +32,14 @@ def value_columns_fn(c):
 
 
 value_columns = triton.jit(value_columns_fn)
+
+
+@triton.jit
+def value_columns_in_head_order(x, M: tl.constexpr, D: tl.constexpr):
+    """``x`` ``[M, D]`` whose column ``c`` holds head_dim index :func:`value_columns` ``(c)``,
+    with its columns in head_dim order (a register permutation: column ``8 w + 2 J + h`` to
+    ``8 w + 4 h + J``)."""
+    return tl.permute(x.reshape(M, D // 8, 4, 2), (0, 1, 3, 2)).reshape(M, D)
 
 
 def nibbles_fn(x):

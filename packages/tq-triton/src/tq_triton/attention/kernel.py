@@ -24,7 +24,7 @@ import triton.language as tl
 
 from ..hadamard import fwht_rows
 from ..key_poly import columns_in_head_order, query_in_key_order
-from ..value_words import value_columns
+from ..value_words import value_columns, value_columns_in_head_order
 from .bounds import balanced_chunk, request_bounds
 from .online_softmax import nonfinite_rows, output_factors, row_lse, saturate
 from .tile import attend_tile, load_tile, tile_block_ids
@@ -89,6 +89,7 @@ def attention_kernel(
     LOOP_STAGES: tl.constexpr,
     SATURATE_QUERY: tl.constexpr,
     KEY_LUT: tl.constexpr = False,
+    WIDE_LUT: tl.constexpr = True,
     BALANCE: tl.constexpr = False,
     SKIP_EMPTY: tl.constexpr = False,
     CALIBRATED: tl.constexpr = False,
@@ -104,7 +105,7 @@ def attention_kernel(
     and Triton's pipeliner stages the loads over ``LOOP_STAGES`` stages.
     ``SATURATE_QUERY``: clamp the scaled query to ±65504 before its round-toward-zero
     fp16 cast; False where that cast saturates by itself (see ``device.DeviceFacts.cast_saturates``).
-    ``KEY_LUT``, ``INT_VALUES``, ``KEY_POLY``, ``VALUE_POLY``: see ``tile.attend_tile``
+    ``KEY_LUT``, ``WIDE_LUT``, ``INT_VALUES``, ``KEY_POLY``, ``VALUE_POLY``: see ``tile.attend_tile``
     (``Centroids`` is then a register table, or ``key_poly``'s constants, and so is
     ``VCentroids`` with ``VALUE_POLY``; ``INT_VALUES``: tq_k4v4's symmetric values from their
     codes' bits, ``VCentroids`` not read).
@@ -274,6 +275,7 @@ def attention_kernel(
                     VBITS=VBITS,
                     NORM_CORRECTION=NORM_CORRECTION,
                     KEY_LUT=KEY_LUT,
+                    WIDE_LUT=WIDE_LUT,
                     CALIBRATED=CALIBRATED,
                     INT_VALUES=INT_VALUES,
                     VALUE_PAIRS=VALUE_PAIRS,
@@ -286,6 +288,9 @@ def attention_kernel(
                 if VALUE_POLY:
                     # the accumulator's column c holds head_dim index key_poly.key_columns(c)
                     acc = columns_in_head_order(acc, BLOCK_M, D)
+                elif INT_VALUES:
+                    # ... or value_words.value_columns(c) (tile.value_pairs)
+                    acc = value_columns_in_head_order(acc, BLOCK_M, D)
                 # b is the probability of position 0; the accumulator is rotated. A row that saw
                 # no key (l = 0: a negative position) is written as 0, as for vLLM's formats,
                 # so it takes no value offset

@@ -205,6 +205,17 @@ def table_keys(preset: Preset) -> bool:
     return not preset.key_is_fp8 and preset.key_bits in (3, 4)
 
 
+def wide_key_tables(preset: Preset, head_dim: int) -> bool:
+    """The portable kernel's ``WIDE_LUT``: 4-bit codebook keys read their magnitudes from
+    ``key_lut``'s table as two 64-bit words (a 64-bit select and shift per code, the sign ORed
+    in) rather than byte by byte from its 32-bit words (``key_lut._lookup4_signed``). Everywhere
+    but vLLM's 4bit_nc at head_dim 256: on an H100 (Triton 3.6) the 64-bit form took 5-15% less
+    time for 4bit_nc, tq_k4v3 and tq_k4v4 on every other bench shape and 6-11% less for the
+    calibrated two at head_dim 256, but 12% more for 4bit_nc there, whose decode loop then
+    spills (docs/perf/runs/2026-12-07-4bit-lookups)."""
+    return preset.calibrated or head_dim <= 128
+
+
 def poly_keys(preset: Preset, head_dim: int) -> bool:
     """The portable kernel's ``KEY_POLY``: 3-bit codebook keys decoded by ``key_poly``'s fp16
     polynomial, two codes per operation (``Centroids`` is then its constants), where its
@@ -272,6 +283,7 @@ def kernel_constexprs(
         LOOP_STAGES=None if cfg.prefetch else cfg.num_stages,
         SATURATE_QUERY=saturate_query,
         KEY_LUT=table_keys(preset) and not poly,
+        WIDE_LUT=wide_key_tables(preset, fields["D"]),
         CALIBRATED=preset.calibrated,
         INT_VALUES=preset.value_kind == "symmetric",
         VALUE_PAIRS=value_pairs(preset),

@@ -92,18 +92,37 @@ def load_tile(
 
 
 @triton.jit
-def value_pairs(w, T: tl.constexpr, D: tl.constexpr):
-    """Uniform 4-bit value codes ``[T, D]`` minus 8 as fp16, two per 32-bit operation, in
+def _nibble_pairs(w, J: tl.constexpr, SYMMETRIC: tl.constexpr):
+    """Nibbles ``J`` and ``J + 4`` of ``w`` as the halves of an fp16 pair: ``0x6400 | code``
+    (the number ``1024 + code``), or with ``SYMMETRIC`` ``0x6000 | (code << 1)`` (the number
+    ``512 + code``: fp16's step is 1/2 there)."""
+    if SYMMETRIC:
+        if J == 0:
+            x = (w << 1) & 0x001E001E
+        else:
+            x = (w >> (4 * J - 1)) & 0x001E001E
+        return x | 0x60006000
+    else:
+        return ((w >> (4 * J)) & 0x000F000F) | 0x64006400
+
+
+@triton.jit
+def value_pairs(w, T: tl.constexpr, D: tl.constexpr, SYMMETRIC: tl.constexpr = False):
+    """4-bit value codes ``[T, D]`` as fp16, two per 32-bit operation, in
     ``value_words.value_columns``' column order: nibbles ``J`` and ``J + 4`` of each word
-    (16 bits apart) become one fp16 pair ``0x6400 | code`` (the number ``1024 + code``),
-    centred by one exact subtraction."""
-    x0 = (w & 0x000F000F) | 0x64006400
-    x1 = ((w >> 4) & 0x000F000F) | 0x64006400
-    x2 = ((w >> 8) & 0x000F000F) | 0x64006400
-    x3 = ((w >> 12) & 0x000F000F) | 0x64006400
+    (16 bits apart) become one fp16 pair (:func:`_nibble_pairs`), centred by one exact
+    subtraction: uniform codes to ``code - 8``, ``SYMMETRIC`` ones (tq_k4v4's values) to
+    ``code - 7.5``."""
+    x0 = _nibble_pairs(w, 0, SYMMETRIC)
+    x1 = _nibble_pairs(w, 1, SYMMETRIC)
+    x2 = _nibble_pairs(w, 2, SYMMETRIC)
+    x3 = _nibble_pairs(w, 3, SYMMETRIC)
     # word J of each group of four, then each word's halves, low first: column 8 w + 2 J + h
     x = join4(x0, x1, x2, x3).reshape(T, D // 2)
-    return fp16_halves(x).reshape(T, D) - 1032.0
+    if SYMMETRIC:
+        return fp16_halves(x).reshape(T, D) - 519.5
+    else:
+        return fp16_halves(x).reshape(T, D) - 1032.0
 
 
 @triton.jit
@@ -130,6 +149,7 @@ def attend_tile(
     VBITS: tl.constexpr,
     NORM_CORRECTION: tl.constexpr,
     KEY_LUT: tl.constexpr = False,
+    WIDE_LUT: tl.constexpr = True,
     CALIBRATED: tl.constexpr = False,
     INT_VALUES: tl.constexpr = False,
     VALUE_PAIRS: tl.constexpr = False,
@@ -141,7 +161,8 @@ def attend_tile(
     ``online_softmax.tile_step`` (the rule both kernels share). The query is
     ``q16 * q_scale`` (a scalar power of two, a kernel argument). ``KEY_LUT`` (3- and
     4-bit codebook keys: ``plan.table_keys``): the centroids are looked up in a register
-    table in Triton integer operations (``Centroids`` is then ``key_lut.lut_words``' table);
+    table in Triton integer operations (``Centroids`` is then ``key_lut.lut_words``' table;
+    4-bit ones through its 64-bit form with ``WIDE_LUT``, ``plan.wide_key_tables``);
     otherwise they are gathered from ``Centroids`` (the fp16 codebook), as the calibrated
     formats' codebook values are from ``VCentroids`` without ``VALUE_POLY``.
     ``KEY_POLY`` / ``VALUE_POLY`` (``plan.poly_keys`` / ``plan.poly_values``): 3-bit codes
@@ -154,10 +175,12 @@ def attend_tile(
     are Lloyd-Max vectors decoded from ``VCentroids`` (the fp16 codebook of ``VBITS``
     bits) in the rotated domain, with their scales (stored norm-corrected,
     ``Preset.folds_norm``) folded into the probabilities, and ``r`` sums the probability
-    of position 0 instead of value offsets. ``INT_VALUES`` (tq_k4v4's symmetric
-    values, ``plan.kernel_constexprs``): each code decodes to ``code - 7.5`` from its bits, as uniform
-    values do, and its scale is multiplied by 1/8 (the table's ``(2 code - 15) / 16``);
-    ``VCentroids`` is not read. Otherwise ``VCentroids`` and ``first_bias`` are not read."""
+    of position 0 instead of value offsets. ``INT_VALUES`` (tq_k4v4's symmetric 4-bit
+    values, ``plan.kernel_constexprs``): each code decodes to ``code - 7.5`` from its bits,
+    two per operation as uniform values do (:func:`value_pairs`: the accumulator's columns
+    leave in ``value_words.value_columns``' order), and its scale is multiplied by 1/8 (the
+    table's ``(2 code - 15) / 16``); ``VCentroids`` is not read. Otherwise ``VCentroids`` and
+    ``first_bias`` are not read."""
     ckw, ckn, cvw, cvs, cvz = tile
     pos = start + tl.arange(0, BLOCK_KV)
     if KEY_FP8:
@@ -169,7 +192,7 @@ def attend_tile(
             # key_poly.key_columns' order, as the query is
             k16, cn2 = poly_keys(ckw[0], ckw[1], ckw[2], Centroids, BLOCK_KV, D)
         else:
-            k16, cn2 = codebook_tile(ckw, Centroids, KBITS, BLOCK_KV, D, KEY_LUT)
+            k16, cn2 = codebook_tile(ckw, Centroids, KBITS, BLOCK_KV, D, KEY_LUT, WIDE_LUT)
         if q16.shape[0] >= 64:
             # no-op for the result (masked tokens' scores are discarded below); it pins the
             # tile's layout: without it Triton 3.6 moves the dot operand's shared-memory
@@ -187,10 +210,11 @@ def attend_tile(
     visible = row_ok[:, None] & (pos[None, :] < hi) & (pos[None, :] <= row_pos[:, None])
     s = tl.where(visible, s, float("-inf"))
     if CALIBRATED and INT_VALUES:
-        # symmetric values (tq_k4v4): the table's (2 code - 15) / 16 is (code - 7.5) / 8; code
-        # - 8 as for uniform values, then + 0.5, both exact in fp16, the 1/8 in the scale
-        vc = unpack(cvw, VBITS, BLOCK_KV, D)
-        v16 = ((vc | 0x6400).to(tl.uint16).to(tl.float16, bitcast=True) - 1032.0) + 0.5
+        # symmetric values (tq_k4v4): the table's (2 code - 15) / 16 is (code - 7.5) / 8, the
+        # 1/8 in the scale; two codes per operation, the columns in value_words.value_columns'
+        # order, and so the accumulator's
+        tl.static_assert(VBITS == 4, "symmetric values are 4-bit codes")
+        v16 = value_pairs(cvw[0], BLOCK_KV, D, SYMMETRIC=True)
         vscale = cvs.to(tl.float32) * 0.125
     elif CALIBRATED:
         if VALUE_POLY:
