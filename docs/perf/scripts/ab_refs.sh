@@ -10,7 +10,9 @@
 #   Each case is <name>[@VAR=VALUE[,VAR=VALUE...]]: the environment sets tq's overrides
 #   (TQ_GLUON, TQ_SPLIT_BUDGET, TQ_MAX_REGISTERS...). Two rounds of `tq bench` over
 #   AB_SHAPES (default decode-32k,verify-32k,poc) for AB_PRESETS, the cases interleaved, so
-#   that a drift of the machine shows as a difference between rounds. Logs go to OUTDIR;
+#   that a drift of the machine shows as a difference between rounds. AB_TABLE=NAME (a shipped
+#   table, e.g. nvidia_h200) runs every case with that table's tiles whatever the GPU (an H100
+#   matches no shipped table and otherwise gets the built-in tiles). Logs go to OUTDIR;
 #   the tq_triton rows are printed. AB_STORE=1 also times the store (its rows are printed
 #   too); with AB_TESTS=1, each distinct ref's GPU test suite runs afterwards
 #   (pytest-xdist, 8 workers).
@@ -58,6 +60,21 @@ run)
                 --target "${site[$name]}" ".ab/$name.whl"/*.whl
         fi
     done
+    if [ -n "${AB_TABLE:-}" ]; then
+        # the first case's copy of the shipped table, matched to this GPU, as a user table
+        first=${1%%@*}
+        TQ_TUNING_DIR=$(mktemp -d)
+        export TQ_TUNING_DIR
+        trap 'rm -rf "${site[@]}" "$TQ_TUNING_DIR"' EXIT
+        python3 - "${site[$first]}/tq_triton/tuning_tables/$AB_TABLE.json" "$TQ_TUNING_DIR/$AB_TABLE.json" <<'PY'
+import json, sys
+import torch
+table = json.load(open(sys.argv[1]))
+table["match"] = [torch.cuda.get_device_name() if torch.cuda.is_available() else "interpreter"]
+json.dump(table, open(sys.argv[2], "w"))
+print("tuning table:", sys.argv[1], "matched to", table["match"][0])
+PY
+    fi
     python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__,
         torch.cuda.get_device_name() if torch.cuda.is_available() else 'no cuda device')"
     for round in 1 2; do
