@@ -15,7 +15,8 @@
 #   matches no shipped table and otherwise gets the built-in tiles). Logs go to OUTDIR;
 #   the tq_triton rows are printed. AB_STORE=1 also times the store (its rows are printed
 #   too); with AB_TESTS=1, each distinct ref's GPU test suite runs afterwards
-#   (pytest-xdist, 8 workers).
+#   (pytest-xdist, 8 workers); AB_MEMCHECK="tests/test_memory_safety.py ..." runs those test
+#   files of each ref under compute-sanitizer's memcheck with the portable kernel (TQ_GLUON=0).
 set -euo pipefail
 
 cmd=${1:-}
@@ -93,9 +94,21 @@ PY
     if [ "${AB_TESTS:-0}" = 1 ]; then
         for name in "${!site[@]}"; do
             echo "== GPU tests of $name"
-            (cd ".ab/$name" && PYTHONPATH=packages/tq-core/src:packages/tq-triton/src TQ_TEST_DEVICE=cuda \
-                python3 -m pytest packages/tq-triton/tests -q -p no:cacheprovider -n 8 >"$out/tests-$name.log" 2>&1; \
+            # the installed wheels, not the source tree: tq's backend registers through their
+            # entry points (test_api.py checks it)
+            (cd ".ab/$name/packages/tq-triton" && PYTHONPATH="${site[$name]}" TQ_TEST_DEVICE=cuda \
+                python3 -m pytest tests -q -p no:cacheprovider -n 8 >"$out/tests-$name.log" 2>&1; \
                 tail -2 "$out/tests-$name.log")
+        done
+    fi
+    if [ -n "${AB_MEMCHECK:-}" ]; then
+        for name in "${!site[@]}"; do
+            echo "== compute-sanitizer memcheck of $name, portable kernel: $AB_MEMCHECK"
+            # shellcheck disable=SC2086  # AB_MEMCHECK is a list of test files
+            (cd ".ab/$name/packages/tq-triton" && PYTHONPATH="${site[$name]}" TQ_TEST_DEVICE=cuda TQ_GLUON=0 \
+                "${SANITIZER:-/usr/local/cuda/bin/compute-sanitizer}" --tool memcheck --error-exitcode 9 \
+                python3 -m pytest $AB_MEMCHECK -q -p no:cacheprovider >"$out/memcheck-$name.log" 2>&1; \
+                echo "   rc $?"; grep -E "ERROR SUMMARY" "$out/memcheck-$name.log" | tail -1; tail -1 "$out/memcheck-$name.log")
         done
     fi
     ;;
