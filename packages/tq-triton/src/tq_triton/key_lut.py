@@ -80,6 +80,16 @@ def _fp16_of(lo_byte, hi_byte):
 
 
 @triton.jit
+def _square_sum(c0, c1, c2, c3):
+    """The float32 sum of the squares of four fp16 centroids."""
+    f0 = c0.to(tl.float32)
+    f1 = c1.to(tl.float32)
+    f2 = c2.to(tl.float32)
+    f3 = c3.to(tl.float32)
+    return (f0 * f0 + f2 * f2) + (f1 * f1 + f3 * f3)
+
+
+@triton.jit
 def _lookup4(sel, la, lb, ha, hb):
     """The centroids of the four codes whose selector nibbles are in ``sel`` (uint32, bits
     0-15, each nibble 0..7), in nibble order, and the float32 sum of their squares."""
@@ -91,12 +101,7 @@ def _lookup4(sel, la, lb, ha, hb):
     c1 = _fp16_of(_byte_pick(la, lb, n1), _byte_pick(ha, hb, n1))
     c2 = _fp16_of(_byte_pick(la, lb, n2), _byte_pick(ha, hb, n2))
     c3 = _fp16_of(_byte_pick(la, lb, n3), _byte_pick(ha, hb, n3))
-    f0 = c0.to(tl.float32)
-    f1 = c1.to(tl.float32)
-    f2 = c2.to(tl.float32)
-    f3 = c3.to(tl.float32)
-    sq = (f0 * f0 + f2 * f2) + (f1 * f1 + f3 * f3)
-    return c0, c1, c2, c3, sq
+    return c0, c1, c2, c3, _square_sum(c0, c1, c2, c3)
 
 
 def selectors_fn(w0, w1, w2, G: tl.constexpr):
@@ -148,19 +153,15 @@ def lut_keys(w0, w1, w2, Lut, T: tl.constexpr, D: tl.constexpr):
 
 
 @triton.jit
-def _wide_tables(la, lb, ha, hb):
-    """The 8 fp16 magnitudes of :func:`lut_words`' table as two uint64 words (magnitudes 0-3
-    and 4-7, magnitude ``i`` in bits ``16 (i % 4)`` up), from its four byte words."""
-    lo = la.to(tl.uint64)
-    hi = ha.to(tl.uint64)
-    m03 = tl.zeros((), tl.uint64)
-    m47 = tl.zeros((), tl.uint64)
-    lo2 = lb.to(tl.uint64)
-    hi2 = hb.to(tl.uint64)
+def _wide_table(lo, hi):
+    """Four fp16 magnitudes as one uint64 word (magnitude ``i`` in bits ``16 i`` up) from
+    :func:`lut_words`' words of their low bytes ``lo`` and high bytes ``hi``."""
+    lo = lo.to(tl.uint64)
+    hi = hi.to(tl.uint64)
+    m = tl.zeros((), tl.uint64)
     for i in tl.static_range(4):
-        m03 |= (((lo >> (8 * i)) & 0xFF) | (((hi >> (8 * i)) & 0xFF) << 8)) << (16 * i)
-        m47 |= (((lo2 >> (8 * i)) & 0xFF) | (((hi2 >> (8 * i)) & 0xFF) << 8)) << (16 * i)
-    return m03, m47
+        m |= (((lo >> (8 * i)) & 0xFF) | (((hi >> (8 * i)) & 0xFF) << 8)) << (16 * i)
+    return m
 
 
 @triton.jit
@@ -177,20 +178,17 @@ def _pick16(m03, m47, sel, raw, K: tl.constexpr):
 def _lookup4_signed(sel, raw, la, lb, ha, hb, WIDE: tl.constexpr):
     """:func:`_lookup4` in a symmetric 16-entry table (:func:`lut16_values`): ``sel`` the
     magnitude selectors, ``raw`` the four 4-bit codes (uint32, bits 0-15). ``WIDE``: the
-    magnitudes are read whole from two 64-bit words (:func:`_wide_tables`), a code costing a
+    magnitudes are read whole from two 64-bit words (:func:`_wide_table`), a code costing a
     64-bit select and shift and its sign one OR; otherwise byte by byte from the 32-bit words
     (a select, a shift and a mask per byte) and negated by a select."""
     if WIDE:
-        m03, m47 = _wide_tables(la, lb, ha, hb)
+        m03 = _wide_table(la, ha)
+        m47 = _wide_table(lb, hb)
         c0 = _pick16(m03, m47, sel, raw, 0)
         c1 = _pick16(m03, m47, sel, raw, 1)
         c2 = _pick16(m03, m47, sel, raw, 2)
         c3 = _pick16(m03, m47, sel, raw, 3)
-        f0 = c0.to(tl.float32)
-        f1 = c1.to(tl.float32)
-        f2 = c2.to(tl.float32)
-        f3 = c3.to(tl.float32)
-        sq = (f0 * f0 + f2 * f2) + (f1 * f1 + f3 * f3)
+        sq = _square_sum(c0, c1, c2, c3)
     else:
         c0, c1, c2, c3, sq = _lookup4(sel, la, lb, ha, hb)
         # bit 3 of a code is its sign (set: positive)
