@@ -193,11 +193,13 @@ def attend_tile(
             k16, cn2 = poly_keys(ckw[0], ckw[1], ckw[2], Centroids, BLOCK_KV, D)
         else:
             k16, cn2 = codebook_tile(ckw, Centroids, KBITS, BLOCK_KV, D, KEY_LUT, WIDE_LUT)
-        if q16.shape[0] >= 64:
+        if not KEY_POLY and q16.shape[0] >= 64:
             # no-op for the result (masked tokens' scores are discarded below); it pins the
-            # tile's layout: without it Triton 3.6 moves the dot operand's shared-memory
-            # conversion up into the join tree and fails to compile tiles of 64 query rows
-            # (Illegal shared layout). It costs a select per element, so only there.
+            # tile's layout. Without it Triton 3.6 moves the dot operand's shared-memory
+            # conversion up into a gathered tile's decode and fails to compile tiles of 64
+            # query rows (Illegal shared layout), and the register-table keys compile but ran
+            # 2-12% slower on an H100; the polynomial's keys ran 5% faster without it
+            # (docs/perf/runs/2026-12-07-layout-pins). A select per element, so only there.
             k16 = tl.where((pos < hi)[:, None], k16, 0.0)
         s = tl.dot(q16, tl.trans(k16))
         knorm = ckn.to(tl.float32)
