@@ -12,7 +12,8 @@
 #   AB_SHAPES (default decode-32k,verify-32k,poc) for AB_PRESETS, the cases interleaved, so
 #   that a drift of the machine shows as a difference between rounds. AB_TABLE=NAME (a shipped
 #   table, e.g. nvidia_h200) runs every case with that table's tiles whatever the GPU (an H100
-#   matches no shipped table and otherwise gets the built-in tiles). Logs go to OUTDIR;
+#   matches no shipped table and otherwise gets the built-in tiles); AB_ARGS adds tq bench
+#   arguments (e.g. "--kernel portable"). Logs go to OUTDIR;
 #   the tq_triton rows are printed. AB_STORE=1 also times the store (its rows are printed
 #   too); with AB_TESTS=1, each distinct ref's GPU test suite runs afterwards
 #   (pytest-xdist, 8 workers); AB_MEMCHECK="tests/test_memory_safety.py ..." runs those test
@@ -49,6 +50,8 @@ run)
     presets=${AB_PRESETS:-turboquant_k3v4_nc,turboquant_k8v4}
     store=(--no-store)
     [ "${AB_STORE:-0}" = 1 ] && store=()
+    # shellcheck disable=SC2206  # AB_ARGS is a list of tq bench arguments
+    extra=(${AB_ARGS:-})
     declare -A site=()
     # the per-ref install folders are scratch: gone when the script ends
     trap 'rm -rf "${site[@]}"' EXIT
@@ -86,7 +89,7 @@ PY
             log="$out/ab-${case//[^A-Za-z0-9_.-]/_}-r$round.log"
             echo "== $case, round $round"
             env ${vars[@]+"${vars[@]}"} PYTHONPATH="${site[$name]}" python3 -m tq_core.cli bench \
-                --shapes "$shapes" --presets "$presets" --no-baselines ${store[@]+"${store[@]}"} >"$log" 2>&1 \
+                --shapes "$shapes" --presets "$presets" --no-baselines ${store[@]+"${store[@]}"} ${extra[@]+"${extra[@]}"} >"$log" 2>&1 \
                 || { echo "   failed, see $log"; tail -3 "$log"; continue; }
             grep "tq_triton" "$log" || true
         done

@@ -197,8 +197,8 @@ def attend_tile(
             # no-op for the result (masked tokens' scores are discarded below); it pins the
             # tile's layout. Without it Triton 3.6 moves the dot operand's shared-memory
             # conversion up into a gathered tile's decode and fails to compile tiles of 64
-            # query rows (Illegal shared layout), and the register-table keys compile but ran
-            # 2-12% slower on an H100; the polynomial's keys ran 5% faster without it
+            # query rows (Illegal shared layout), and the 4-bit formats compile but ran 1-12%
+            # slower on an H100; the polynomial's keys ran up to 5% faster without it
             # (docs/perf/runs/2026-12-07-layout-pins). A select per element, so only there.
             k16 = tl.where((pos < hi)[:, None], k16, 0.0)
         s = tl.dot(q16, tl.trans(k16))
