@@ -44,11 +44,16 @@ from tq_triton.store import store
 from tq_triton.tuning import StoreConfig, store_config
 
 EVERY_PRESET = (*tq_core.PRESETS, *tq_core.CALIBRATED_PRESETS)
-# name -> fields set over the current configuration: programs of 32-128 tokens over 4 or 8
-# warps (``tBwW``), a cap of 128 registers (``r128``, cuda only) so that more 64-token programs
-# fit on a multiprocessor, and codebook codes by binary search (``search``) or by counting the
+# name -> fields set over the current configuration: programs of 16-128 tokens over 1 to 8
+# warps (``tBwW``; those of one or two warps uncapped, ``max_registers`` 0: fewer warps keep
+# the rotation's butterflies and the row sums inside a warp, for more registers per thread),
+# a cap of 128 registers (``r128``, cuda only) so that more 64-token programs fit on a
+# multiprocessor, and codebook codes by binary search (``search``) or by counting the
 # boundaries (``count``); one of those two is the current configuration on every device
 CANDIDATES: dict[str, dict[str, int]] = {
+    "t16w1": {"block_t": 16, "num_warps": 1, "max_registers": 0},
+    "t16w2": {"block_t": 16, "num_warps": 2, "max_registers": 0},
+    "t32w2": {"block_t": 32, "num_warps": 2, "max_registers": 0},
     "t32w4": {"block_t": 32, "num_warps": 4},
     "t64w4": {"block_t": 64, "num_warps": 4},
     "t64w8": {"block_t": 64, "num_warps": 8},
