@@ -228,6 +228,8 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
             stypes = {"K": f"*{INPUT_DTYPE}", "V": f"*{INPUT_DTYPE}", "Cache": "*u8", "SlotMapping": "*i64"}
             tables = ("Bounds", "VBounds", "KCentroids", "VCentroids", *CALIBRATION_ARGS)
             stypes |= dict.fromkeys(tables, "*fp32") | {"Positions": "*i64"}
+            if scfg.code_search == 2:
+                stypes |= {"Bounds": "*i64", "VBounds": "*i64"}  # code_bins' int64 tables
             yield Job.of(
                 "store",
                 f"{name} d{d}",

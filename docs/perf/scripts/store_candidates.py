@@ -48,8 +48,8 @@ EVERY_PRESET = (*tq_core.PRESETS, *tq_core.CALIBRATED_PRESETS)
 # warps (``tBwW``; those of one or two warps uncapped, ``max_registers`` 0: fewer warps keep
 # the rotation's butterflies and the row sums inside a warp, for more registers per thread),
 # a cap of 128 registers (``r128``, cuda only) so that more 64-token programs fit on a
-# multiprocessor, and codebook codes by binary search (``search``) or by counting the
-# boundaries (``count``); one of those two is the current configuration on every device
+# multiprocessor, and codebook codes by binary search (``search``), by counting the
+# boundaries (``count``) or from uniform bins (``bins``, alone and with other tiles)
 CANDIDATES: dict[str, dict[str, int]] = {
     "t16w1": {"block_t": 16, "num_warps": 1, "max_registers": 0},
     "t16w2": {"block_t": 16, "num_warps": 2, "max_registers": 0},
@@ -61,6 +61,10 @@ CANDIDATES: dict[str, dict[str, int]] = {
     "t64w4-r128": {"block_t": 64, "num_warps": 4, "max_registers": 128},
     "search": {"code_search": 1},
     "count": {"code_search": 0},
+    "bins": {"code_search": 2},
+    "t16w2-bins": {"block_t": 16, "num_warps": 2, "max_registers": 0, "code_search": 2},
+    "t32w4-bins": {"block_t": 32, "num_warps": 4, "code_search": 2},
+    "nocap-bins": {"max_registers": 0, "code_search": 2},
 }
 SMALL_TOKENS, SMALL_HEADS = 32, 1
 

@@ -12,6 +12,7 @@ import tq_core
 import tq_triton
 from tq_core import unpack_codes
 from tq_core.testing import random_calibration
+from tq_triton.code_bins import bin_table, codebook_codes_bins
 from tq_triton.device_tensors import codebook
 from tq_triton.store import codebook_codes, codebook_codes_bsearch
 
@@ -132,7 +133,9 @@ def test_store_fp8_saturates(gen, device):
 @triton.jit
 def _codes_kernel(U, Bounds, Out, N: tl.constexpr, NUM_BOUNDS: tl.constexpr, SEARCH: tl.constexpr):
     i = tl.arange(0, N)
-    if SEARCH:
+    if SEARCH == 2:
+        codes = codebook_codes_bins(tl.load(U + i), Bounds)
+    elif SEARCH == 1:
         codes = codebook_codes_bsearch(tl.load(U + i), Bounds, (NUM_BOUNDS + 1).bit_length() - 1)
     else:
         codes = codebook_codes(tl.load(U + i), Bounds, NUM_BOUNDS)
@@ -154,13 +157,14 @@ def _bounds(preset: str, kind: str, head_dim: int, device: str) -> torch.Tensor:
     return tq_core.value_codebook(p, head_dim, device)[1]
 
 
-@pytest.mark.parametrize("search", [False, True])
+@pytest.mark.parametrize("search", [0, 1, 2])
 @pytest.mark.parametrize(("preset", "kind"), CODEBOOKS)
 def test_codes_on_and_around_every_boundary(preset, kind, search, gen, device):
     """The store's codes are the number of boundaries <= u (vLLM's rule: a coordinate on a
     boundary takes the upper code), also exactly on, just below and just above each boundary,
-    and for infinities and NaN, counted (``search`` False) or by binary search (True, the
-    store's ``code_search`` 1). The byte comparisons above exclude boundary codes."""
+    and for infinities and NaN, counted (``search`` 0), by binary search (1) or by uniform
+    bins (2), the store's ``code_search`` values. The byte comparisons above exclude boundary
+    codes."""
     bounds = _bounds(preset, kind, 128, device)
     below = torch.nextafter(bounds, torch.full_like(bounds, -float("inf")))
     above = torch.nextafter(bounds, torch.full_like(bounds, float("inf")))
@@ -170,16 +174,19 @@ def test_codes_on_and_around_every_boundary(preset, kind, search, gen, device):
     n = 1 << (u.numel() - 1).bit_length()
     u = torch.cat([u, torch.zeros(n - u.numel(), device=device)])
     out = torch.full((n,), -1, dtype=torch.int32, device=device)
-    _codes_kernel[(1,)](u, bounds, out, N=n, NUM_BOUNDS=bounds.numel(), SEARCH=search)
+    table = bounds if search < 2 else bin_table(bounds).to(device)
+    _codes_kernel[(1,)](u, table, out, N=n, NUM_BOUNDS=bounds.numel(), SEARCH=search)
     want = torch.searchsorted(bounds, u, right=True).to(torch.int32)
     want[torch.isnan(u)] = 0  # every comparison with NaN is false
     torch.testing.assert_close(out, want, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("search", ["1", "2"])
 @pytest.mark.parametrize("preset", sorted({n for n, _ in CODEBOOKS}))
-def test_binary_search_store_writes_the_same_bytes(preset, gen, device, monkeypatch):
-    """The store with ``code_search`` 1 (``TQ_CODE_SEARCH=1``) writes the bytes of the
-    counting store, NaN and overflowing rows included (calibrated formats: keys and values)."""
+def test_code_searches_store_the_same_bytes(preset, search, gen, device, monkeypatch):
+    """The store with ``code_search`` 1 or 2 (``TQ_CODE_SEARCH``: binary search, uniform
+    bins) writes the bytes of the counting store, NaN and overflowing rows included
+    (calibrated formats: keys and values)."""
     heads, d, n = 2, 128, 61
     k = (torch.randn(n, heads, d, generator=gen) * 3).to(device)
     v = torch.randn(n, heads, d, generator=gen).to(device)
@@ -194,6 +201,6 @@ def test_binary_search_store_writes_the_same_bytes(preset, gen, device, monkeypa
     slots = torch.randperm(nslots, generator=gen)[:n].to(device)
     monkeypatch.setenv("TQ_CODE_SEARCH", "0")
     tq_triton.store(k, v, first, slots, preset, **extra)
-    monkeypatch.setenv("TQ_CODE_SEARCH", "1")
+    monkeypatch.setenv("TQ_CODE_SEARCH", search)
     tq_triton.store(k, v, second, slots, preset, **extra)
     assert torch.equal(first, second)

@@ -13,6 +13,7 @@ import torch
 
 from tq_core import Preset, key_codebook, value_codebook
 
+from .code_bins import bin_table
 from .key_lut import lut_words
 from .key_poly import poly_coefficients
 
@@ -36,6 +37,19 @@ def cached_value_codebook(
     (launchers only): (boundaries float32, centroids float16, centroids float32)."""
     cent, bounds = value_codebook(preset, head_dim, "cpu")
     return bounds.to(device), cent.to(torch.float16).to(device), cent.to(device)
+
+
+@functools.cache
+def cached_bins(preset: Preset, head_dim: int, device: torch.device, which: str) -> torch.Tensor | None:
+    """``code_bins.bin_table`` of the ``"key"`` or ``"value"`` (calibrated Lloyd-Max values)
+    boundaries on ``device``, shared by every launch (launchers only); None where the
+    codebook has no such table."""
+    if which == "key":
+        bounds = cached_codebook(preset, head_dim, torch.device("cpu"))[1]
+    else:
+        bounds = cached_value_codebook(preset, head_dim, torch.device("cpu"))[0]
+    table = bin_table(bounds)
+    return None if table is None else table.to(device)
 
 
 def codebook(preset: Preset, head_dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

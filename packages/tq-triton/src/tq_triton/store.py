@@ -20,8 +20,9 @@ from tq_core.contract import check_store_args, debug_enabled
 
 from .bitpack import store_codes
 from .cache_fields import FP16_BYTES, field_ptr
+from .code_bins import codebook_codes_bins
 from .device import check_runnable, nvidia
-from .device_tensors import cached_codebook, cached_value_codebook, dummy
+from .device_tensors import cached_bins, cached_codebook, cached_value_codebook, dummy
 from .hadamard import fwht_rows
 from .tuning import StoreConfig, launch_options, store_config
 
@@ -162,7 +163,9 @@ def _lloyd_max_code(
     inv = tl.where(ss > 0, r * tl.where(tiny, 4294967296.0, 1.0) * tl.math.rsqrt(D * 1.0), 0.0)
     inv = tl.where(bad, float("nan"), inv)
     u = y * inv[:, None]
-    if CODE_SEARCH and BITS >= 3:
+    if CODE_SEARCH == 2:
+        codes = codebook_codes_bins(u, Bounds)
+    elif CODE_SEARCH == 1 and BITS >= 3:
         codes = codebook_codes_bsearch(u, Bounds, BITS)
     else:
         codes = codebook_codes(u, Bounds, NUM_BOUNDS)
@@ -255,7 +258,7 @@ def _store_kernel(
     VBITS: tl.constexpr,
     NUM_BOUNDS: tl.constexpr,
     BLOCK_T: tl.constexpr,
-    CODE_SEARCH: tl.constexpr = False,
+    CODE_SEARCH: tl.constexpr = 0,
     CALIBRATED: tl.constexpr = False,
     SYMMETRIC_VALUES: tl.constexpr = False,
     FOLD_NORM: tl.constexpr = False,
@@ -382,15 +385,18 @@ def wide_offsets(block_t: int, *row_strides: int) -> bool:
     return block_t * max(row_strides) >= 1 << 31
 
 
-def kernel_constexprs(p: Preset, fields: dict[str, Any], cfg: StoreConfig, wide: bool = False) -> dict[str, Any]:
+def kernel_constexprs(
+    p: Preset, fields: dict[str, Any], cfg: StoreConfig, wide: bool = False, code_search: int | None = None
+) -> dict[str, Any]:
     """``_store_kernel``'s compile-time arguments for preset ``p``, its cache ``fields``
     (``KernelFields.constexprs()``) and launch parameters ``cfg``; ``wide``:
-    :func:`wide_offsets` of the call's strides."""
+    :func:`wide_offsets` of the call's strides; ``code_search``: the search the launch runs
+    where it differs from ``cfg``'s (bins the codebook has no table for)."""
     return dict(
         fields,
         NUM_BOUNDS=0 if p.key_is_fp8 else (1 << p.key_bits) - 1,
         BLOCK_T=cfg.block_t,
-        CODE_SEARCH=bool(cfg.code_search),
+        CODE_SEARCH=cfg.code_search if code_search is None else code_search,
         CALIBRATED=p.calibrated,
         SYMMETRIC_VALUES=p.value_kind == "symmetric",
         FOLD_NORM=p.folds_norm,
@@ -446,6 +452,7 @@ def store(
     p = args.preset
     kcent, bounds = (dummy(key.device),) * 2 if p.key_is_fp8 else cached_codebook(p, d, key.device)[:2]
     cfg = config or store_config(key.device, p.name)
+    search = cfg.code_search
     wide = wide_offsets(cfg.block_t, key.stride(0), value.stride(0), slot_mapping.stride(0))
     grid = (triton.cdiv(n, cfg.block_t), h)
     if p.calibrated:
@@ -458,6 +465,15 @@ def store(
     else:
         cal = (dummy(key.device), 0, *(dummy(key.device),) * 6)
         vbounds = vcent = dummy(key.device)
+    if search == 2:
+        # the bins' tables take the boundaries' place; a codebook without one is searched
+        kbins = dummy(key.device) if p.key_is_fp8 else cached_bins(p, d, key.device, "key")
+        lloyd_values = p.calibrated and p.value_kind == "lloyd_max"
+        vbins = cached_bins(p, d, key.device, "value") if lloyd_values else vbounds
+        if kbins is None or vbins is None:
+            search = 1
+        else:
+            bounds, vbounds = kbins, vbins
     _store_kernel[grid](
         key,
         value,
@@ -476,7 +492,7 @@ def store(
         vbounds,
         kcent,
         vcent,
-        **kernel_constexprs(p, args.fields.constexprs(), cfg, wide),
+        **kernel_constexprs(p, args.fields.constexprs(), cfg, wide, search),
         num_warps=cfg.num_warps,
         **launch_options(key.device),
         **({"maxnreg": cfg.max_registers} if cfg.max_registers and nvidia(key.device) else {}),

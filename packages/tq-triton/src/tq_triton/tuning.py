@@ -96,7 +96,9 @@ class StoreConfig:
     # 1 finds codebook codes (keys, and calibrated formats' values) by binary search over
     # the boundaries (one comparison per code bit; the H200 table's entries for the codebook
     # presets); 0 counts the boundaries at or below each coordinate (one comparison per
-    # boundary). Both give the same codes.
+    # boundary); 2 looks each coordinate's bin up in a table of uniform bins and compares
+    # it with the one boundary there (``code_bins``; a codebook with no such table is
+    # searched as with 1). All give the same codes.
     code_search: int = 0
     # cuda only: cap registers per thread (Triton's ``maxnreg``) so that more programs fit on
     # a multiprocessor (the H200 table's calibrated formats: 96); 0 leaves the choice to the
@@ -116,7 +118,7 @@ _LIMITS: dict[str, tuple[int, int, bool]] = {
     "block_t": (16, 128, True),
     "prefetch": (0, 1, False),
     "max_registers": (0, 255, False),
-    "code_search": (0, 1, False),
+    "code_search": (0, 2, False),
     "min_rows": (16, 128, True),
     "gluon": (0, 2, False),
     "wgmma": (0, 1, False),
