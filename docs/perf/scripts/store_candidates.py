@@ -64,6 +64,7 @@ CANDIDATES: dict[str, dict[str, int]] = {
     "bins": {"code_search": 2},
     "t16w2-bins": {"block_t": 16, "num_warps": 2, "max_registers": 0, "code_search": 2},
     "t32w4-bins": {"block_t": 32, "num_warps": 4, "code_search": 2},
+    "t32w4-nocap-bins": {"block_t": 32, "num_warps": 4, "max_registers": 0, "code_search": 2},
     "nocap-bins": {"max_registers": 0, "code_search": 2},
 }
 SMALL_TOKENS, SMALL_HEADS = 32, 1
