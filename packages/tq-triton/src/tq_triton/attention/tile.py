@@ -138,7 +138,6 @@ def attend_tile(
     row_pos,
     start,
     hi,
-    full_hi,
     tile,
     Centroids,
     VCentroids,
@@ -210,14 +209,8 @@ def attend_tile(
         if CALIBRATED:
             s = s + tl.where(pos[None, :] == 0, first_bias[:, None], 0.0)
 
-    if q16.shape[0] < 64 or start + BLOCK_KV > full_hi:
-        # tiles of 64 rows or more mask only where the tile reaches past ``hi`` or past some
-        # row's last position: every row of the tiles before ``full_hi`` sees all of their
-        # positions (padding rows, whose outputs are not written, see finite scores of their
-        # zero queries there). The mask is a select per score, 7-18% of such a loop's
-        # instructions (docs/perf/runs/2026-12-07-mask-branch); smaller tiles always mask
-        visible = row_ok[:, None] & (pos[None, :] < hi) & (pos[None, :] <= row_pos[:, None])
-        s = tl.where(visible, s, float("-inf"))
+    visible = row_ok[:, None] & (pos[None, :] < hi) & (pos[None, :] <= row_pos[:, None])
+    s = tl.where(visible, s, float("-inf"))
     if CALIBRATED and INT_VALUES:
         # symmetric values (tq_k4v4): the table's (2 code - 15) / 16 is (code - 7.5) / 8, the
         # 1/8 in the scale; two codes per operation, the columns in value_words.value_columns'
