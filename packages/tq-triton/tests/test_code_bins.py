@@ -6,6 +6,8 @@ uneven gaps, one boundary, a boundary at zero, and the inputs it must refuse."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 import triton
@@ -48,6 +50,7 @@ CODEBOOKS = {
     "one boundary": [0.25],
     "zero and uneven gaps": [-1.0, -0.3, 0.0, 0.05, 0.5, 2.0],
     "negative only": [-3.0, -2.5, -2.45, -1.0],
+    "positive only": [0.5, 0.75, 2.0],
     "tiny numbers": [-3e-30, 1e-31, 2e-30],
 }
 
@@ -66,11 +69,12 @@ def test_bins_count_the_boundaries_at_or_below(name, gen, device):
 
 
 def test_random_codebooks_fit_or_are_refused(gen):
-    """Random codebooks of 1 to 63 boundaries: the builder either returns a table of at most
-    256 bins (checked against the search when built) or refuses; the shipped shapes fit."""
+    """Random codebooks of 1 to 63 boundaries, centred or shifted to one side of zero (a
+    negative offset or boundary fills the words' high halves): the builder either returns a
+    table of at most 256 bins (checked against the search when built) or refuses."""
     built = 0
-    for size in range(1, 64, 3):
-        bounds = torch.sort(torch.randn(size, generator=gen)).values
+    for size, shift in itertools.product(range(1, 64, 3), (0.0, 5.0, -5.0)):
+        bounds = torch.sort(torch.randn(size, generator=gen)).values + shift
         table = bin_table(bounds)
         if table is not None:
             built += 1

@@ -35,8 +35,10 @@ EDGE_MARGIN = 1 / 64
 WIDTH_OF_GAP = 0.75
 
 
-def _f32_bits(x: float) -> int:
-    return int(np.array(x, dtype=np.float32).view(np.uint32))
+def _words(low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """int64 words of two 32-bit patterns each (uint32 arrays): ``low`` in bits 0-31,
+    ``high`` in bits 32-63 (a negative float32 in ``high`` makes a negative word)."""
+    return ((high.astype(np.uint64) << np.uint64(32)) | low.astype(np.uint64)).view(np.int64)
 
 
 def _codes_by_bins(
@@ -114,10 +116,9 @@ def bin_table(bounds: torch.Tensor, max_bins: int = 256) -> torch.Tensor | None:
             got = _codes_by_bins(u, scale, offset, base, inner, fused)
         if not np.array_equal(got, want):
             return None
-    table = np.empty(2 + bins, dtype=np.int64)
-    table[0] = _f32_bits(float(scale)) | (_f32_bits(float(offset)) << 32)
-    table[1] = bins - 1
-    table[2:] = base | (inner.view(np.uint32).astype(np.int64) << 32)
+    head = _words(np.array([scale], np.float32).view(np.uint32), np.array([offset], np.float32).view(np.uint32))
+    entries = _words(base.astype(np.uint32), inner.view(np.uint32))
+    table = np.concatenate([head, np.array([bins - 1], np.int64), entries])
     return torch.from_numpy(table)
 
 
