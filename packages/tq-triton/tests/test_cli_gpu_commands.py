@@ -273,3 +273,16 @@ def test_bench_json_keeps_the_cases_of_a_stopped_run(tmp_path, monkeypatch):
     doc = json.loads(out.read_text())
     assert doc["meta"]["complete"] is True and len(doc["rows"]) == 3 and "gate" in doc
     assert doc["meta"]["kernel"] == "default" and doc["rows"][1]["kernel"] == "token_rows"
+
+
+def test_sweep_store_grid_times_both_codebook_searches():
+    """``tq sweep``'s store grid: every format on 16-64 token programs over 2-8 warps; those
+    that search a codebook by binary search and by uniform bins, k8v4 (fp8 keys, uniform
+    values) with no search."""
+    from tq_triton.cli.sweep import store_grid
+
+    for preset in ("turboquant_k3v4_nc", "tq_k4v3", "tq_k4v4", "tq_k6v5"):
+        grid = store_grid(preset)
+        assert {c.code_search for c in grid} == {1, 2}
+        assert {(c.block_t, c.num_warps) for c in grid} == {(t, w) for t in (16, 32, 64) for w in (2, 4, 8)}
+    assert {c.code_search for c in store_grid("turboquant_k8v4")} == {0}

@@ -101,8 +101,9 @@ class StoreConfig:
     # searched as with 1). All give the same codes.
     code_search: int = 0
     # cuda only: cap registers per thread (Triton's ``maxnreg``) so that more programs fit on
-    # a multiprocessor (the H200 table's calibrated formats: 96); 0 leaves the choice to the
-    # compiler
+    # a multiprocessor; 0 leaves the choice to the compiler. No shipped entry caps the store
+    # now: the cap of 96 the calibrated formats had helped the binary search's gathers, and
+    # the uniform bins ran faster without it (docs/perf/runs/2026-12-07-store-bins)
     max_registers: int = 0
 
 

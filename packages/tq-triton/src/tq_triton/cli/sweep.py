@@ -2,8 +2,9 @@
 
 For each preset and query bucket it times tq_triton.attention on a representative
 shape over a grid of tile sizes, warps, pipelining modes and split counts, and the store
-over tile sizes and warps; the fastest entries go into a JSON table that the launchers
-read from $TQ_TUNING_DIR (default ~/.cache/tq/tuning) before the shipped ones.
+over tile sizes, warps and codebook searches (binary search, uniform bins); the fastest entries go
+into a JSON table that the launchers read from $TQ_TUNING_DIR (default ~/.cache/tq/tuning)
+before the shipped ones.
 Needs a cuda or xpu GPU.
 """
 
@@ -267,6 +268,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def store_grid(preset: str) -> list[StoreConfig]:
+    """The store configurations ``tq sweep`` times for ``preset``: programs of 16-64 tokens
+    over 2-8 warps and, for formats that search a codebook (all but fp8 keys with uniform
+    values), codes by binary search (``code_search`` 1) and from uniform bins (2)."""
+    p = get_preset(preset)
+    searches = (0,) if p.key_is_fp8 and not p.calibrated else (1, 2)
+    return [
+        StoreConfig(block_t=bt, num_warps=w, code_search=cs)
+        for bt, w, cs in itertools.product((16, 32, 64), (2, 4, 8), searches)
+    ]
+
+
 def _sweep_store(table: dict, presets: list[str], dev: torch.device) -> None:
     n, h, d = 1 << 18, 8, 128
     k, v, slots = bench.store_inputs(n, h, d, dev, seed=0)
@@ -274,8 +287,7 @@ def _sweep_store(table: dict, presets: list[str], dev: torch.device) -> None:
         slot = get_preset(preset).layout(d).slot_size_aligned
         cache = torch.zeros(n // 16, 16, h, slot, dtype=torch.uint8, device=dev)
         best = None
-        for bt, w in itertools.product((16, 32, 64), (4, 8)):
-            cfg = replace(StoreConfig(), block_t=bt, num_warps=w)
+        for cfg in store_grid(preset):
             t = bench.time_ms(
                 lambda cfg=cfg, cache=cache, preset=preset: store(k, v, cache, slots, preset, config=cfg),
                 warmup=5,
@@ -283,4 +295,7 @@ def _sweep_store(table: dict, presets: list[str], dev: torch.device) -> None:
             )
             if best is None or t < best[0]:
                 best = (t, cfg)
-        table["store"][preset] = {"block_t": best[1].block_t, "num_warps": best[1].num_warps, "ms": round(best[0], 5)}
+        entry = {"block_t": best[1].block_t, "num_warps": best[1].num_warps}
+        if best[1].code_search:
+            entry["code_search"] = best[1].code_search
+        table["store"][preset] = {**entry, "ms": round(best[0], 5)}
