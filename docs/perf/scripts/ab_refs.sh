@@ -13,7 +13,8 @@
 #   that a drift of the machine shows as a difference between rounds. AB_TABLE=NAME (a shipped
 #   table, e.g. nvidia_h200) runs every case with that table's tiles whatever the GPU (an H100
 #   matches no shipped table and otherwise gets the built-in tiles); AB_ARGS adds tq bench
-#   arguments (e.g. "--kernel portable"). Logs go to OUTDIR;
+#   arguments (e.g. "--kernel portable"); AB_WARM=N first compiles every case's kernels in N
+#   parallel processes (one per case and shape, timings discarded). Logs go to OUTDIR;
 #   the tq_triton rows are printed. AB_STORE=1 also times the store (its rows are printed
 #   too); with AB_TESTS=1, each distinct ref's GPU test suite runs afterwards
 #   (pytest-xdist, 8 workers); AB_MEMCHECK="tests/test_memory_safety.py ..." runs those test
@@ -81,6 +82,24 @@ PY
     fi
     python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__,
         torch.cuda.get_device_name() if torch.cuda.is_available() else 'no cuda device')"
+    if [ "${AB_WARM:-0}" -gt 0 ]; then
+        # compile first: every case's kernels for each shape in its own process, AB_WARM of
+        # them at a time, their timings discarded; Triton's disk cache then serves the timed
+        # rounds, which otherwise wait on the compiler one kernel after another
+        echo "== compiling, $AB_WARM processes at a time"
+        for case in "$@"; do
+            name=${case%%@*}
+            vars=()
+            [ "$case" != "$name" ] && IFS=, read -r -a vars <<< "${case#*@}"
+            for shape in ${shapes//,/ }; do
+                while [ "$(jobs -rp | wc -l)" -ge "$AB_WARM" ]; do wait -n || true; done
+                env ${vars[@]+"${vars[@]}"} PYTHONPATH="${site[$name]}" python3 -m tq_core.cli bench \
+                    --shapes "$shape" --presets "$presets" --no-baselines --no-store ${extra[@]+"${extra[@]}"} \
+                    >"$out/warm-${case//[^A-Za-z0-9_.-]/_}-$shape.log" 2>&1 &
+            done
+        done
+        wait || true
+    fi
     for round in 1 2; do
         for case in "$@"; do
             name=${case%%@*}
