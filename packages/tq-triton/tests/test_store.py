@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 import triton
@@ -203,4 +205,24 @@ def test_code_searches_store_the_same_bytes(preset, search, gen, device, monkeyp
     tq_triton.store(k, v, first, slots, preset, **extra)
     monkeypatch.setenv("TQ_CODE_SEARCH", search)
     tq_triton.store(k, v, second, slots, preset, **extra)
+    assert torch.equal(first, second)
+
+
+def test_bins_fall_back_to_the_search_without_a_table(gen, device, monkeypatch):
+    """``code_search`` 2 for a codebook that has no bins table (``cached_bins`` None) runs the
+    binary search: the bytes of ``code_search`` 1 (calibrated keys and values)."""
+    store_module = importlib.import_module("tq_triton.store")  # the package's `store` is the function
+
+    heads, d, n = 2, 128, 37
+    k = torch.randn(n, heads, d, generator=gen).to(device)
+    v = torch.randn(n, heads, d, generator=gen).to(device)
+    pos = torch.randint(0, 3, (n,), generator=gen).to(device)
+    extra = {"calibration": random_calibration(gen, heads, d).to(device), "positions": pos}
+    first, second, nslots = caches("tq_k4v3", d, 16, heads, gen, device, n)
+    slots = torch.randperm(nslots, generator=gen)[:n].to(device)
+    monkeypatch.setenv("TQ_CODE_SEARCH", "1")
+    tq_triton.store(k, v, first, slots, "tq_k4v3", **extra)
+    monkeypatch.setattr(store_module, "cached_bins", lambda *args: None)
+    monkeypatch.setenv("TQ_CODE_SEARCH", "2")
+    tq_triton.store(k, v, second, slots, "tq_k4v3", **extra)
     assert torch.equal(first, second)

@@ -6,8 +6,9 @@ and a tree of selects (about 22 instructions per 4-bit coordinate on sm_90). Her
 is cut into bins of equal width, narrower than the smallest gap between two boundaries, so
 that each bin holds at most one boundary. A coordinate's bin, ``trunc(u * scale +
 offset)``, gives the number of boundaries below the bin and the one boundary inside it (or
-NaN, which no coordinate is ``>=``); one comparison against that boundary finishes the count. The comparison is the
-same float32 ``u >= b`` as the search makes, so the codes are the same, ties included.
+NaN, which no coordinate is ``>=``); one comparison against that boundary finishes the
+count. It is the same float32 ``u >= b`` as the search makes, so the codes are the same,
+ties included.
 
 The bin index is rounded, so a coordinate within a rounding error of a bin edge may land in
 the neighbouring bin: :func:`bin_table` places the edges so that every boundary sits at

@@ -9,6 +9,7 @@ Byte-identical to ``tq_core.store`` except for codes that sit on a rounding boun
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -385,18 +386,15 @@ def wide_offsets(block_t: int, *row_strides: int) -> bool:
     return block_t * max(row_strides) >= 1 << 31
 
 
-def kernel_constexprs(
-    p: Preset, fields: dict[str, Any], cfg: StoreConfig, wide: bool = False, code_search: int | None = None
-) -> dict[str, Any]:
+def kernel_constexprs(p: Preset, fields: dict[str, Any], cfg: StoreConfig, wide: bool = False) -> dict[str, Any]:
     """``_store_kernel``'s compile-time arguments for preset ``p``, its cache ``fields``
     (``KernelFields.constexprs()``) and launch parameters ``cfg``; ``wide``:
-    :func:`wide_offsets` of the call's strides; ``code_search``: the search the launch runs
-    where it differs from ``cfg``'s (bins the codebook has no table for)."""
+    :func:`wide_offsets` of the call's strides."""
     return dict(
         fields,
         NUM_BOUNDS=0 if p.key_is_fp8 else (1 << p.key_bits) - 1,
         BLOCK_T=cfg.block_t,
-        CODE_SEARCH=cfg.code_search if code_search is None else code_search,
+        CODE_SEARCH=cfg.code_search,
         CALIBRATED=p.calibrated,
         SYMMETRIC_VALUES=p.value_kind == "symmetric",
         FOLD_NORM=p.folds_norm,
@@ -452,7 +450,6 @@ def store(
     p = args.preset
     kcent, bounds = (dummy(key.device),) * 2 if p.key_is_fp8 else cached_codebook(p, d, key.device)[:2]
     cfg = config or store_config(key.device, p.name)
-    search = cfg.code_search
     wide = wide_offsets(cfg.block_t, key.stride(0), value.stride(0), slot_mapping.stride(0))
     grid = (triton.cdiv(n, cfg.block_t), h)
     if p.calibrated:
@@ -465,13 +462,13 @@ def store(
     else:
         cal = (dummy(key.device), 0, *(dummy(key.device),) * 6)
         vbounds = vcent = dummy(key.device)
-    if search == 2:
+    if cfg.code_search == 2:
         # the bins' tables take the boundaries' place; a codebook without one is searched
-        kbins = dummy(key.device) if p.key_is_fp8 else cached_bins(p, d, key.device, "key")
+        kbins = bounds if p.key_is_fp8 else cached_bins(p, d, key.device, "key")
         lloyd_values = p.calibrated and p.value_kind == "lloyd_max"
         vbins = cached_bins(p, d, key.device, "value") if lloyd_values else vbounds
         if kbins is None or vbins is None:
-            search = 1
+            cfg = replace(cfg, code_search=1)
         else:
             bounds, vbounds = kbins, vbins
     _store_kernel[grid](
@@ -492,7 +489,7 @@ def store(
         vbounds,
         kcent,
         vcent,
-        **kernel_constexprs(p, args.fields.constexprs(), cfg, wide, search),
+        **kernel_constexprs(p, args.fields.constexprs(), cfg, wide),
         num_warps=cfg.num_warps,
         **launch_options(key.device),
         **({"maxnreg": cfg.max_registers} if cfg.max_registers and nvidia(key.device) else {}),
