@@ -52,6 +52,19 @@ def test_long_sequences_splits_and_value_accumulation(preset, block_size, splits
     assert_close(*run_triton(b, splits=splits))
 
 
+@pytest.mark.parametrize("preset", ["turboquant_k8v4", "turboquant_k3v4_nc", "tq_k4v3"])
+@pytest.mark.parametrize(("block_size", "block_kv"), [(128, 32), (32, 32), (16, 64), (8, 32), (24, 16), (48, 32)])
+def test_tiles_inside_blocks_across_blocks_and_neither(preset, block_size, block_kv, gen, device, monkeypatch):
+    """The portable kernel addresses a tile by one block id where the tile lies inside one
+    block (block size a multiple of the tile), by one id per whole block where the tile
+    holds whole blocks, and by one id per position otherwise (block sizes that are not a
+    power of two): each gives the reference's results over sequences of many tiles."""
+    monkeypatch.setenv("TQ_GLUON", "0")
+    monkeypatch.setenv("TQ_BLOCK_KV", str(block_kv))
+    b = make_batch(gen, preset, *LONG, head_dim=64, num_kv_heads=2, group=4, block_size=block_size, device=device)
+    assert_close(*run_triton(b, splits=4))
+
+
 @pytest.mark.parametrize("preset", ["turboquant_k3v4_nc", "turboquant_3bit_nc", "tq_k4v3"])
 @pytest.mark.parametrize("transposed", [False, True])
 def test_three_bit_words_loaded_either_way(preset, transposed, gen, device, monkeypatch):

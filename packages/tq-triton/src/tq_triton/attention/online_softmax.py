@@ -64,7 +64,8 @@ def tile_step_fn(s, q_scale, m_i, l_i, f_i, vscale):
     smax = tl.max(vscale, axis=0)
     f = tl.where((smax > f_i) | (smax * 16.0 < f_i), smax, f_i)
     f = tl.where(f > 0, f, 1.0)
-    w = (p * (vscale / f)[None, :]).to(tl.float16)
+    # one reciprocal per tile, not a division per position
+    w = (p * (vscale * (1.0 / f))[None, :]).to(tl.float16)
     return m_new, l_new, f, w, alpha * (f_i / f), p, alpha
 
 

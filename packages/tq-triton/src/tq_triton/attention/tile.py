@@ -30,17 +30,48 @@ from .online_softmax import row_sum, tile_step, value_mid
 
 @triton.jit
 def tile_block_ids(bt_row, stride_bc, start, hi, last_block, BLOCK_KV: tl.constexpr, BLOCK_SIZE: tl.constexpr):
-    """The physical block of each position of the tile at ``start`` (0 from ``hi`` on), as
-    int64 inside ``[0, last_block]``: an id outside (a negative one is a huge unsigned
-    number) becomes ``last_block``. ``bt_row``: the request's block-table row, whose
-    entries are ``stride_bc`` apart."""
-    pos = start + tl.arange(0, BLOCK_KV)
-    blk = tl.load(bt_row + (pos // BLOCK_SIZE) * stride_bc, mask=pos < hi, other=0)
+    """The physical block of the tile at ``start`` (0 from ``hi`` on), as int64 inside
+    ``[0, last_block]``: an id outside (a negative one is a huge unsigned number) becomes
+    ``last_block``. ``bt_row``: the request's block-table row, whose entries are
+    ``stride_bc`` apart. ``start`` is a multiple of ``BLOCK_KV`` (the loop's tiles start at
+    ``kv_lo``, a whole number of tiles: ``bounds.request_bounds``). Where ``BLOCK_SIZE`` is a
+    multiple of ``BLOCK_KV`` the tile lies in one block: one scalar id. Where ``BLOCK_KV`` is a
+    multiple of ``BLOCK_SIZE`` the tile holds whole blocks: one load per block, repeated
+    over its positions. Otherwise (block sizes that are not a power of two) one load per
+    position. :func:`tile_offsets` gives the positions' entries to match."""
+    i = tl.arange(0, BLOCK_KV)
+    if BLOCK_SIZE % BLOCK_KV == 0:
+        blk = tl.load(bt_row + (start // BLOCK_SIZE) * stride_bc, mask=start < hi, other=0)
+    elif BLOCK_KV % BLOCK_SIZE == 0:
+        # whole blocks per tile: the block of position i is the tile's first plus i // BLOCK_SIZE
+        NB: tl.constexpr = BLOCK_KV // BLOCK_SIZE
+        b = tl.arange(0, NB)
+        ids = tl.load(bt_row + (start // BLOCK_SIZE + b) * stride_bc, mask=start + b * BLOCK_SIZE < hi, other=0)
+        blk = tl.reshape(tl.broadcast_to(ids[:, None], (NB, BLOCK_SIZE)), (BLOCK_KV,))
+    else:
+        pos = start + i
+        blk = tl.load(bt_row + (pos // BLOCK_SIZE) * stride_bc, mask=pos < hi, other=0)
     if blk.dtype == tl.int32:
         blk = tl.minimum(blk.to(tl.uint32, bitcast=True), last_block.to(tl.uint32))
     else:
         blk = tl.minimum(blk.to(tl.int64).to(tl.uint64, bitcast=True), last_block.to(tl.uint64))
     return blk.to(tl.int64)
+
+
+@triton.jit
+def tile_offsets(start, BLOCK_KV: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    """Each position's entry in its block, ``(start + i) % BLOCK_SIZE``, for the tile at
+    ``start`` (a multiple of ``BLOCK_KV``, see :func:`tile_block_ids`). Where one size
+    divides the other it needs no division per position: ``i % BLOCK_SIZE`` does not
+    depend on the tile (the compiler keeps it out of the loop), and inside one block the
+    entries are ``start % BLOCK_SIZE + i``."""
+    i = tl.arange(0, BLOCK_KV)
+    if BLOCK_SIZE % BLOCK_KV == 0:
+        return start % BLOCK_SIZE + i
+    elif BLOCK_KV % BLOCK_SIZE == 0:
+        return i % BLOCK_SIZE
+    else:
+        return (start + i) % BLOCK_SIZE
 
 
 @triton.jit
@@ -68,15 +99,16 @@ def load_tile(
 ):
     """Issue the loads of the tile at ``start`` (raw packed words; decoding happens in
     :func:`attend_tile`). ``head_base``: the cache plus this kv head's offset; ``blk``: the
-    tile's block ids, inside the cache (:func:`tile_block_ids`); ``CHUNKS_T``: 3-bit code
+    tile's block ids, inside the cache (:func:`tile_block_ids`: one scalar, or one per
+    position); ``start``: a multiple of ``BLOCK_KV``; ``CHUNKS_T``: 3-bit code
     words loaded transposed (``bitpack.load_words``' ``TRANSPOSED``)."""
     pos = start + tl.arange(0, BLOCK_KV)
     ok = pos < hi
-    base = head_base + blk * stride_blk
-    off = (pos % BLOCK_SIZE).to(tl.int64)
+    base = head_base + blk * stride_blk  # one scalar where the tile lies in one block
+    off = tile_offsets(start, BLOCK_KV, BLOCK_SIZE)
     if KEY_FP8:
         d = tl.arange(0, D)
-        k8 = tl.load(field_ptr(base[:, None], off[:, None], KEY_OFF, KEY_BYTES) + d[None, :], mask=ok[:, None], other=0)
+        k8 = tl.load(field_ptr(base, off, KEY_OFF, KEY_BYTES)[:, None] + d[None, :], mask=ok[:, None], other=0)
         kw = (k8, k8, k8, k8, k8, k8)
         kn = tl.zeros((BLOCK_KV,), dtype=tl.float16)
     else:
