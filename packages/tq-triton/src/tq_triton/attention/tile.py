@@ -267,12 +267,8 @@ def attend_tile(
     else:
         vscale = cvs.to(tl.float32)
     m_i, l_i, f_i, w, factor, p, alpha = tile_step(s, q_scale, m_i, l_i, f_i, vscale)
-    # the lazy maximum and scale reference leave every row's factor at exactly 1 on most tiles:
-    # rescale the accumulator only where some row's is not (a NaN factor counts)
-    if tl.sum((factor != 1.0).to(tl.int32), axis=0) > 0:
-        acc = acc * factor[:, None]
     if CALIBRATED:
-        acc = tl.dot(w, v16, acc)
+        acc = tl.dot(w, v16, acc * factor[:, None])
         r_i = row_sum(r_i, alpha, p, (pos == 0).to(tl.float32))
     else:
         if VBITS == 4 and VALUE_PAIRS:
@@ -281,6 +277,6 @@ def attend_tile(
             # fp16 code - 2^(VBITS-1), exact: 0x6400 | code is the fp16 number 1024 + code
             vc = unpack(cvw, VBITS, BLOCK_KV, D)
             v16 = (vc | 0x6400).to(tl.uint16).to(tl.float16, bitcast=True) - (1024.0 + (1 << (VBITS - 1)))
-        acc = tl.dot(w, v16, acc)
+        acc = tl.dot(w, v16, acc * factor[:, None])
         r_i = row_sum(r_i, alpha, p, value_mid(cvz, vscale, VBITS))
     return m_i, l_i, acc, r_i, f_i
