@@ -280,6 +280,42 @@ def test_sweep_grid_varies_waves_only_where_they_choose_the_splits():
     assert {c.skip_empty for c in grid} == {tuning.AttentionConfig.skip_empty}
 
 
+def test_sweep_compile_jobs_cover_the_timed_pass_and_report_failures(device, monkeypatch):
+    """``tq sweep --compile-jobs N`` runs every (preset, bucket, configuration) of the timed
+    pass once in worker processes, so that the timed pass finds its kernels compiled; a
+    configuration that fails there is reported, not raised (the timed pass records it)."""
+    from tq_triton import bench
+    from tq_triton.cli import sweep
+
+    grid = sweep.attention_grid([16, 32], [1], [(1, 1)], [1], [0], [4])
+    jobs = sweep.compile_jobs(["turboquant_k8v4", "tq_k4v3"], ["q1", "q8"], grid, str(device), 64, None)
+    assert [(j[0], j[1], j[5].block_kv) for j in jobs] == [
+        (p, b, bkv) for p in ("turboquant_k8v4", "tq_k4v3") for b in ("q1", "q8") for bkv in (16, 32)
+    ]
+    assert {(j[2], j[3], j[4]) for j in jobs} == {(64, None, str(device))}
+
+    # a worker's batch, small: one request of 40 positions over 3 blocks
+    small = bench.Shape("small", batch=1, q_heads=4, kv_heads=1, head_dim=64, seq_len=40)
+    made = []
+
+    def small_case(preset, bucket, seq_len, head_dim, dev):
+        made.append((preset, bucket))
+        return bench.build_case(small, preset, torch.device(dev), seed=0)
+
+    monkeypatch.setattr(sweep, "_worker_case", small_case)
+    ran = []
+    real = bench.run_tq
+    monkeypatch.setattr(bench, "run_tq", lambda case, **kw: ran.append(kw["config"]) or real(case, **kw))
+    assert sweep.compile_one(jobs[0]) is None
+    assert made == [("turboquant_k8v4", "q1")] and ran == [jobs[0][5]]
+
+    def refuse(case, **kw):
+        raise ValueError("out of resources: shared memory")
+
+    monkeypatch.setattr(bench, "run_tq", refuse)
+    assert sweep.compile_one(jobs[1]) == "out of resources: shared memory"
+
+
 @pytest.mark.parametrize(
     ("bucket", "shape", "q_len"),
     [

@@ -58,6 +58,7 @@ def test_cli_help(cmd, capsys):
         (["sweep", "--warps", "0"], "argument --warps"),
         (["sweep", "--seq-len", "-5"], "argument --seq-len"),
         (["sweep", "--head-dim", "96"], "argument --head-dim"),
+        (["sweep", "--compile-jobs", "0"], "argument --compile-jobs"),
         (["sweep", "--buckets", "q1,q8:m64", "--head-dim", "256"], "--head-dim applies to the buckets without"),
         (["profile", "--shape", "decode-1m"], "argument --shape"),
         (["profile", "--iters", "0"], "argument --iters"),

@@ -11,7 +11,10 @@ Needs a cuda or xpu GPU.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import functools
 import itertools
+import multiprocessing
 import re
 import sys
 from dataclasses import asdict, replace
@@ -150,6 +153,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="table path (default: $TQ_TUNING_DIR/<device>.json, $TQ_TUNING_DIR defaulting to ~/.cache/tq/tuning)",
     )
     p.add_argument("--no-store", action="store_true", help="skip the store sweep")
+    p.add_argument(
+        "--compile-jobs",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="worker processes that compile the attention grid's kernels before the timed pass, "
+        "which then finds them in Triton's disk cache; each worker holds its own GPU context and "
+        "one swept batch (default 1: each kernel compiles when it is first timed)",
+    )
     p.set_defaults(func=run)
 
 
@@ -201,6 +213,57 @@ def table_entry(cfg: AttentionConfig, ms: float) -> dict[str, int | float]:
     return entry
 
 
+# one compile job: (preset, bucket, seq_len override, head_dim override, device, config)
+CompileJob = tuple[str, str, int | None, int | None, str, AttentionConfig]
+
+
+def compile_jobs(
+    presets: list[str],
+    buckets: list[str],
+    grid: list[AttentionConfig],
+    device: str,
+    seq_len: int | None = None,
+    head_dim: int | None = None,
+) -> list[CompileJob]:
+    """Every (preset, bucket, configuration) the timed pass will run, in its order, for
+    :func:`compile_in_workers`."""
+    return [(p, b, seq_len, head_dim, device, cfg) for p, b in itertools.product(presets, buckets) for cfg in grid]
+
+
+@functools.lru_cache(maxsize=1)
+def _worker_case(preset: str, bucket: str, seq_len: int | None, head_dim: int | None, device: str) -> bench.Case:
+    # one batch per worker at a time: consecutive jobs share it, and GPU memory holds one
+    _, shape = swept_case(bucket, seq_len, head_dim)
+    return bench.build_case(shape, preset, torch.device(device), seed=0)
+
+
+def compile_one(job: CompileJob) -> str | None:
+    """Run one configuration once on its batch (so Triton compiles its kernels into the disk
+    cache); the error text where it fails (the timed pass records it), else None."""
+    preset, bucket, seq_len, head_dim, device, cfg = job
+    case = _worker_case(preset, bucket, seq_len, head_dim, device)
+    try:
+        bench.run_tq(case, config=cfg)
+        if case.query.device.type != "cpu":
+            getattr(torch, case.query.device.type).synchronize()
+    except Exception as exc:  # a config may not compile (resources): the timed pass says so
+        return str(exc)[:200]
+    return None
+
+
+def compile_in_workers(jobs: list[CompileJob], workers: int) -> int:
+    """Compile ``jobs`` in ``workers`` spawned processes (each job runs once, its time is not
+    kept); returns how many failed. Jobs go out in order in chunks, so that a worker runs
+    consecutive configurations of one batch."""
+    ctx = multiprocessing.get_context("spawn")
+    chunk = max(1, len(jobs) // (4 * workers))
+    failed = 0
+    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        for err in progress(pool.map(compile_one, jobs, chunksize=chunk), len(jobs), "compile"):
+            failed += err is not None
+    return failed
+
+
 def run(args: argparse.Namespace) -> int:
     presets, buckets = args.presets, args.buckets
     cases = {b: swept_case(b, args.seq_len, args.head_dim) for b in buckets}  # usage errors before the device
@@ -215,6 +278,9 @@ def run(args: argparse.Namespace) -> int:
     )
     dev = gpu_device()
     name = device_key(dev)
+    if args.compile_jobs > 1:
+        jobs = compile_jobs(presets, buckets, grid, str(dev), args.seq_len, args.head_dim)
+        compile_in_workers(jobs, args.compile_jobs)
     table: dict = {
         "device": name,
         "match": [name],
