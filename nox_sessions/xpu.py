@@ -9,7 +9,7 @@
   default every CPU). See nox_sessions/xpu_compile_check.py and docs/xpu.md. Nothing is run.
 - ``xpu_compile`` (``nox -t tests``, and CI's ``nox -t ci``): the same checks on a cover of
   those launches
-  (``--cover``: each kernel with each preset, head_dim, GQA group, q bucket and table
+  (``--cover``: each kernel with each preset, head_dim, block size, GQA group, q bucket and table
   configuration at least once).
 """
 
@@ -94,7 +94,7 @@ def _compile(session: nox.Session, *args: str) -> None:
 @nox.session(tags=["tests", "ci"])
 def xpu_compile(session: nox.Session) -> None:
     """A cover of tq-triton's xpu launches compiled for Intel Xe2 to SPIR-V (Intel's Triton 3.3;
-    no GPU, nothing run): each kernel with each preset, head_dim, GQA group, q bucket, tile
+    no GPU, nothing run): each kernel with each preset, head_dim, block size, GQA group, q bucket, tile
     rows and table configuration at least once."""
     _compile(session, "--cover")
 

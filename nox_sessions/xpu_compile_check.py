@@ -23,9 +23,9 @@ The distinct compiles run in a pool of ``--jobs`` processes (default: every CPU,
 table row per distinct compile in job order. Exits 1 on any failure.
 
 ``--cover`` compiles a representative subset instead of the whole matrix: a greedy cover of
-the distinct compiles in which each kernel meets each preset, head_dim, GQA group, q bucket,
-kv split kind (1, more), tile row count, resolved Xe2 table configuration and variant at least
-once, not their product (``xpu_compile`` runs it; ``xpu_compile-full`` the whole matrix).
+the distinct compiles in which each kernel meets each preset, head_dim, block size, GQA group,
+q bucket, kv split kind (1, more), tile row count, resolved Xe2 table configuration and variant
+at least once, not their product (``xpu_compile`` runs it; ``xpu_compile-full`` the whole matrix).
 
 ``python nox_sessions/xpu_compile_check.py [--cover] [--quick] [--knobs] [--only REGEX] [--list] [--jobs N]``
 """
@@ -33,6 +33,7 @@ once, not their product (``xpu_compile`` runs it; ``xpu_compile-full`` the whole
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing
 import os
 import re
@@ -85,7 +86,10 @@ MAX_CRASHES = 3  # pool processes that may die in a row before the remaining job
 HEAD_DIMS = (64, 128, 256)
 GROUPS = (1, 4, 8)  # q heads per kv head (GQA); G_PAD is the next power of two
 QUERY_LENS = (1, 2, 4, 8, 16)  # one per q bucket q1..q16
-BLOCK_SIZE = 16  # tokens per cache block (vLLM's default)
+# tokens per cache block: vLLM's default, and a block that holds whole tiles (the attention
+# kernel then reads one block id per tile: attention/tile.tile_block_ids), at head_dim 128
+# only (the id's code does not depend on the head dim)
+BLOCK_SIZES = (16, 64)
 NUM_KV_HEADS = 8
 MULTI_SPLITS = 8  # a kv split count > 1 (the kernel only branches on 1 vs more)
 INPUT_DTYPE = "bf16"
@@ -220,8 +224,10 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
         # the q buckets of 16, 32 and 64 tile rows
         groups = (4,) if quick or p.calibrated else GROUPS
         query_lens = (1, 8, 16) if p.calibrated else QUERY_LENS
-        for d in head_dims:
-            fields = p.kernel_fields(p.block_layout(d, BLOCK_SIZE, NUM_KV_HEADS)).constexprs()
+        for d, bs in itertools.product(head_dims, BLOCK_SIZES):
+            if bs != BLOCK_SIZES[0] and d != 128:
+                continue
+            fields = p.kernel_fields(p.block_layout(d, bs, NUM_KV_HEADS)).constexprs()
             scfg = _store_cached(XE2_DEVICE_NAME, name, ())
             # the store's own compile-time arguments (every knob at the table's value)
             scx = store_constexprs(p, fields, scfg) | {"stride_sm": 1}
@@ -232,12 +238,12 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
                 stypes |= {"Bounds": "*i64", "VBounds": "*i64"}  # code_bins' int64 tables
             yield Job.of(
                 "store",
-                f"{name} d{d}",
+                f"{name} d{d} b{bs}",
                 _store_kernel,
                 scx,
                 stypes,
                 dict(num_warps=scfg.num_warps, **xpu_opts),
-                covers=_axes("store", preset=name, d=d, table=astuple(scfg)),
+                covers=_axes("store", preset=name, d=d, block_size=bs, table=astuple(scfg)),
             )
             for g in groups:
                 g_pad = next_pow2(g)
@@ -270,7 +276,7 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
                         for suffix, vcx, vtypes in variants:
                             yield Job.of(
                                 "attention",
-                                f"{name} d{d} g{g} q{qlen} s{splits}{suffix}",
+                                f"{name} d{d} b{bs} g{g} q{qlen} s{splits}{suffix}",
                                 attention_kernel,
                                 vcx,
                                 vtypes,
@@ -281,6 +287,7 @@ def jobs(quick: bool, knobs: bool = False) -> Iterator[Job]:
                                     preset=name,
                                     d=d,
                                     group=g,
+                                    block_size=bs,
                                     bucket=q_bucket(qlen),
                                     splits="1" if splits == 1 else ">1",
                                     rows=block_q * g_pad,
@@ -466,8 +473,8 @@ def main(argv: list[str] | None = None) -> int:
         ("--quick", "head_dim 128 and GQA group 4 only"),
         (
             "--cover",
-            "a representative subset: each preset, head_dim, GQA group, q bucket, kv split kind, tile row count "
-            "and Xe2 table configuration at least once per kernel (a greedy cover, not the product)",
+            "a representative subset: each preset, head_dim, block size, GQA group, q bucket, kv split kind, "
+            "tile row count and Xe2 table configuration at least once per kernel (a greedy cover, not the product)",
         ),
         (
             "--knobs",
