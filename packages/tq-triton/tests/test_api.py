@@ -315,6 +315,41 @@ def test_sweep_compile_jobs_cover_the_timed_pass_and_report_failures(device, mon
     monkeypatch.setattr(bench, "run_tq", refuse)
     assert sweep.compile_one(jobs[1]) == "out of resources: shared memory"
 
+    # the store grid too: every configuration the store sweep times, run once on a small
+    # batch (a calibrated format's with its calibration and positions)
+    store_jobs = sweep.store_compile_jobs(["turboquant_k8v4", "tq_k4v3"], str(device))
+    assert [(j[0], j[2]) for j in store_jobs] == [
+        (p, cfg) for p in ("turboquant_k8v4", "tq_k4v3") for cfg in sweep.store_grid(p)
+    ]
+    monkeypatch.setattr(sweep, "STORE_COMPILE_TOKENS", 32)
+    sweep._worker_store.cache_clear()
+    cal_job = next(j for j in store_jobs if j[0] == "tq_k4v3" and j[2].code_search == 2)
+    assert sweep.compile_one(cal_job) is None
+    sweep._worker_store.cache_clear()
+
+
+def test_sweep_store_times_calibrated_formats_with_their_calibration(device, monkeypatch):
+    """The store sweep passes a calibrated format's calibration and positions (its store
+    refuses to run without them), and writes the fastest configuration's entry."""
+    from tq_triton import bench
+    from tq_triton.cli import sweep
+
+    timed = []
+
+    def once(fn, **kw):
+        fn()  # the store runs (and raises) as it would when timed
+        timed.append(1)
+        return float(len(timed))
+
+    monkeypatch.setattr(bench, "time_ms", once)
+    monkeypatch.setattr(sweep, "store_grid", lambda p: [tuning.StoreConfig(block_t=16, num_warps=2, code_search=2)])
+    table: dict = {"store": {}}
+    sweep._sweep_store(table, ["tq_k4v3", "turboquant_k3v4_nc"], device, shape=(32, 2, 64))
+    assert table["store"] == {
+        "tq_k4v3": {"block_t": 16, "num_warps": 2, "code_search": 2, "ms": 1.0},
+        "turboquant_k3v4_nc": {"block_t": 16, "num_warps": 2, "code_search": 2, "ms": 2.0},
+    }
+
 
 @pytest.mark.parametrize(
     ("bucket", "shape", "q_len"),

@@ -158,9 +158,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=positive_int,
         default=1,
         metavar="N",
-        help="worker processes that compile the attention grid's kernels before the timed pass, "
-        "which then finds them in Triton's disk cache; each worker holds its own GPU context and "
-        "one swept batch (default 1: each kernel compiles when it is first timed)",
+        help="worker processes that compile the grid's kernels (attention, and the store's unless "
+        "--no-store) before the timed pass, which then finds them in Triton's disk cache; each worker "
+        "holds its own GPU context and one swept batch (default 1: each kernel compiles when it is "
+        "first timed)",
     )
     p.set_defaults(func=run)
 
@@ -213,8 +214,12 @@ def table_entry(cfg: AttentionConfig, ms: float) -> dict[str, int | float]:
     return entry
 
 
-# one compile job: (preset, bucket, seq_len override, head_dim override, device, config)
+# one attention compile job: (preset, bucket, seq_len override, head_dim override, device, config)
 CompileJob = tuple[str, str, int | None, int | None, str, AttentionConfig]
+# one store compile job: (preset, device, config)
+StoreJob = tuple[str, str, StoreConfig]
+# the store's tokens in a compile worker: fewer than STORE_SHAPE's, the same kernels
+STORE_COMPILE_TOKENS = 4096
 
 
 def compile_jobs(
@@ -230,6 +235,11 @@ def compile_jobs(
     return [(p, b, seq_len, head_dim, device, cfg) for p, b in itertools.product(presets, buckets) for cfg in grid]
 
 
+def store_compile_jobs(presets: list[str], device: str) -> list[StoreJob]:
+    """Every (preset, store configuration) the store sweep will time (:func:`store_grid`)."""
+    return [(p, device, cfg) for p in presets for cfg in store_grid(p)]
+
+
 @functools.lru_cache(maxsize=1)
 def _worker_case(preset: str, bucket: str, seq_len: int | None, head_dim: int | None, device: str) -> bench.Case:
     # one batch per worker at a time: consecutive jobs share it, and GPU memory holds one
@@ -237,21 +247,37 @@ def _worker_case(preset: str, bucket: str, seq_len: int | None, head_dim: int | 
     return bench.build_case(shape, preset, torch.device(device), seed=0)
 
 
-def compile_one(job: CompileJob) -> str | None:
-    """Run one configuration once on its batch (so Triton compiles its kernels into the disk
-    cache); the error text where it fails (the timed pass records it), else None."""
-    preset, bucket, seq_len, head_dim, device, cfg = job
-    case = _worker_case(preset, bucket, seq_len, head_dim, device)
+@functools.lru_cache(maxsize=1)
+def _worker_store(preset: str, device: str) -> tuple:
+    n, h, d = STORE_COMPILE_TOKENS, *STORE_SHAPE[1:]
+    dev = torch.device(device)
+    k, v, slots = bench.store_inputs(n, h, d, dev, seed=0)
+    slot = get_preset(preset).layout(d).slot_size_aligned
+    cache = torch.zeros(n // 16, 16, h, slot, dtype=torch.uint8, device=dev)
+    return k, v, slots, cache, bench.store_extra(preset, n, h, d, dev)
+
+
+def compile_one(job: CompileJob | StoreJob) -> str | None:
+    """Run one configuration once (so Triton compiles its kernels into the disk cache): an
+    attention job on its bucket's batch, a store job (three fields) on a small batch of the
+    store sweep's shape. The error text where it fails (the timed pass records it), else None."""
     try:
-        bench.run_tq(case, config=cfg)
-        if case.query.device.type != "cpu":
-            getattr(torch, case.query.device.type).synchronize()
+        if len(job) == 3:
+            preset, device, scfg = job
+            k, v, slots, cache, extra = _worker_store(preset, device)
+            store(k, v, cache, slots, preset, config=scfg, **extra)
+        else:
+            preset, bucket, seq_len, head_dim, device, cfg = job
+            bench.run_tq(_worker_case(preset, bucket, seq_len, head_dim, device), config=cfg)
+        kind = torch.device(device).type
+        if kind != "cpu":
+            getattr(torch, kind).synchronize()
     except Exception as exc:  # a config may not compile (resources): the timed pass says so
         return str(exc)[:200]
     return None
 
 
-def compile_in_workers(jobs: list[CompileJob], workers: int) -> int:
+def compile_in_workers(jobs: list[CompileJob | StoreJob], workers: int) -> int:
     """Compile ``jobs`` in ``workers`` spawned processes (each job runs once, its time is not
     kept); returns how many failed. Jobs go out in order in chunks, so that a worker runs
     consecutive configurations of one batch."""
@@ -279,8 +305,14 @@ def run(args: argparse.Namespace) -> int:
     dev = gpu_device()
     name = device_key(dev)
     if args.compile_jobs > 1:
-        jobs = compile_jobs(presets, buckets, grid, str(dev), args.seq_len, args.head_dim)
-        compile_in_workers(jobs, args.compile_jobs)
+        jobs: list[CompileJob | StoreJob] = list(
+            compile_jobs(presets, buckets, grid, str(dev), args.seq_len, args.head_dim)
+        )
+        if not args.no_store:
+            jobs += store_compile_jobs(presets, str(dev))
+        failed = compile_in_workers(jobs, args.compile_jobs)
+        if failed:
+            print(f"compile: {failed} of {len(jobs)} configurations failed in the workers", file=sys.stderr)
     table: dict = {
         "device": name,
         "match": [name],
@@ -346,16 +378,25 @@ def store_grid(preset: str) -> list[StoreConfig]:
     ]
 
 
-def _sweep_store(table: dict, presets: list[str], dev: torch.device) -> None:
-    n, h, d = 1 << 18, 8, 128
+# the store sweep's batch: tokens, kv heads, head dim (the store kernel's integer arguments
+# specialise the same way for any token count that is a multiple of 16)
+STORE_SHAPE = (1 << 18, 8, 128)
+
+
+def _sweep_store(table: dict, presets: list[str], dev: torch.device, shape: tuple[int, int, int] = STORE_SHAPE) -> None:
+    n, h, d = shape
     k, v, slots = bench.store_inputs(n, h, d, dev, seed=0)
     for preset in progress(presets, len(presets), "store"):
         slot = get_preset(preset).layout(d).slot_size_aligned
         cache = torch.zeros(n // 16, 16, h, slot, dtype=torch.uint8, device=dev)
+        # a calibrated format's store needs a calibration and the tokens' positions
+        extra = bench.store_extra(preset, n, h, d, dev)
         best = None
         for cfg in store_grid(preset):
             t = bench.time_ms(
-                lambda cfg=cfg, cache=cache, preset=preset: store(k, v, cache, slots, preset, config=cfg),
+                lambda cfg=cfg, cache=cache, preset=preset, extra=extra: store(
+                    k, v, cache, slots, preset, config=cfg, **extra
+                ),
                 warmup=5,
                 rep=20,
             )
