@@ -9,13 +9,15 @@ whichever way a compiler or device evaluates it: each multiply-add fused or roun
 or the whole polynomial in float32 and rounded once. So the decoded keys are the codebook's
 fp16 values, as the register table (``key_lut``) gives them, on every backend.
 
-Each thread holds two codes per 32-bit word (16 bits apart, ``0x6400 | (code << 1)`` is
-the fp16 number ``1024 + 2 code``, from which one multiply-add gives ``t`` exactly), so the
-polynomial runs on fp16 pairs: about 4 operations per
-code, where the register table's byte picks cost about 9 in plain Triton. The pairs put
-position ``4G + k + 16h`` of each 32-code chunk at column ``8G + 2k + h``
-(:func:`key_columns`); the query is permuted into that order once per program
-(:func:`query_in_key_order`), which leaves every score unchanged.
+Each thread holds two codes per 32-bit word (16 bits apart, ``0x6400 | (code << 1)`` is the
+fp16 number ``1024 + 2 code``, from which one multiply-add gives ``t`` exactly). Each code
+is shifted straight from the chunk's bit stream into its half: one shift, two for a code
+that straddles two words, then one mask-and-or per pair (:func:`_pair_direct`). The
+polynomial then runs on fp16 pairs: about 4 operations per code, where the register table's
+byte picks cost about 9 in plain Triton. The pairs put position ``4G + k + 16h`` of each
+32-code chunk at column ``8G + 2k + h`` (:func:`key_columns`); the query is permuted into
+that order once per program (:func:`query_in_key_order`), which leaves every score
+unchanged.
 
 tq_k4v3's values are 3-bit Lloyd-Max codes in the same chunk layout, so :func:`poly_keys`
 decodes them too; the value product's columns then come out in the same order, and the
@@ -34,7 +36,6 @@ import triton
 import triton.language as tl
 
 from .bitpack import fp16_halves, join4
-from .key_lut import group_selectors
 
 # the polynomial's variable is s (c - 3.5) with s = 1/4, which keeps every coefficient a
 # normal fp16 number for tq's codebooks (head_dim 64 to 512). The kernel takes s and -3.5 s
@@ -137,20 +138,48 @@ def columns_in_head_order(x, M: tl.constexpr, D: tl.constexpr):
 
 
 @triton.jit
-def _group_pair(w0, w1, w2, G: tl.constexpr):
-    """The selector nibbles of groups ``G`` (bits 0-15) and ``G + 4`` (bits 16-31)."""
-    return group_selectors(w0, w1, w2, G) | (group_selectors(w0, w1, w2, G + 4) << 16)
+def _code_bits(w0, w1, w2, P: tl.constexpr, DST: tl.constexpr):
+    """Stream bits ``P .. P+2`` of a 3-bit chunk (words ``w0, w1, w2``, uint32) at bits
+    ``DST .. DST+2``; the other bits are not cleared. A code that straddles two words takes
+    the second word's bits with one more shift."""
+    W: tl.constexpr = P // 32
+    B: tl.constexpr = P % 32
+    if W == 0:
+        a = w0
+        b = w1
+    elif W == 1:
+        a = w1
+        b = w2
+    else:
+        a = w2
+        b = w2
+    if B >= DST:
+        x = a >> (B - DST)
+    else:
+        x = a << (DST - B)
+    if B > 29:
+        x = x | (b << (32 - B + DST))
+    return x
 
 
 @triton.jit
-def _codes_pair(p, K: tl.constexpr):
-    """Code ``K`` of both groups of ``p`` as the fp16 pair ``1024 + 2 code`` (each code at bit
-    1 of its half)."""
-    if K == 0:
-        x = (p << 1) & 0x000E000E
-    else:
-        x = (p >> (4 * K - 1)) & 0x000E000E
-    return x | 0x64006400
+def _pair_direct(w0, w1, w2, G: tl.constexpr, K: tl.constexpr):
+    """Codes ``4G + K`` (low half) and ``4G + K + 16`` (high half) of a chunk as the fp16 pair
+    ``1024 + 2 code``, each code moved straight from the stream to bit 1 of its half."""
+    J: tl.constexpr = 4 * G + K
+    lo = _code_bits(w0, w1, w2, 3 * J, 1) & 0x0000000E
+    hi = _code_bits(w0, w1, w2, 3 * J + 48, 17) & 0x000E0000
+    return (lo | hi) | 0x64006400
+
+
+@triton.jit
+def _pairs_of_k(w0, w1, w2, K: tl.constexpr):
+    return join4(
+        _pair_direct(w0, w1, w2, 0, K),
+        _pair_direct(w0, w1, w2, 1, K),
+        _pair_direct(w0, w1, w2, 2, K),
+        _pair_direct(w0, w1, w2, 3, K),
+    )
 
 
 @triton.jit
@@ -167,10 +196,9 @@ def poly_keys(w0, w1, w2, Coef, T: tl.constexpr, D: tl.constexpr):
     a5 = tl.load(Coef + 2)
     a7 = tl.load(Coef + 3)
     # [T, D // 32, 2, 2]: group pairs G = 0..3 in order, then each pair's codes k = 0..3
-    p = join4(
-        _group_pair(w0, w1, w2, 0), _group_pair(w0, w1, w2, 1), _group_pair(w0, w1, w2, 2), _group_pair(w0, w1, w2, 3)
+    x = join4(
+        _pairs_of_k(w0, w1, w2, 0), _pairs_of_k(w0, w1, w2, 1), _pairs_of_k(w0, w1, w2, 2), _pairs_of_k(w0, w1, w2, 3)
     )
-    x = join4(_codes_pair(p, 0), _codes_pair(p, 1), _codes_pair(p, 2), _codes_pair(p, 3))
     # each word's halves, low first: column 8 G + 2 k + h
     # t = POLY_SCALE * code + POLY_OFFSET, exactly (see PAIR_SCALE)
     t = fp16_halves(x).reshape(T, D) * s + b
