@@ -168,7 +168,7 @@ def main() -> None:
             if not applies(preset, fields):
                 continue
             cfg: StoreConfig = replace(current, **fields)
-            cache = torch.zeros(n // 16, 16, h, slot, dtype=torch.uint8, device=dev)
+            cache = bench.store_cache(preset, n, h, d, dev)
 
             def run(cache=cache, cfg=cfg, preset=preset, extra=extra) -> None:
                 store(k, v, cache, slots, preset, config=cfg, **extra)

@@ -167,6 +167,13 @@ def store_inputs(
     return k, v, slots
 
 
+def store_cache(preset: str, num_tokens: int, num_kv_heads: int, head_dim: int, device: torch.device) -> torch.Tensor:
+    """A zeroed cache of exactly ``num_tokens`` slots (16-token blocks) in ``preset``'s layout,
+    for :func:`store_inputs`' slots."""
+    slot = get_preset(preset).layout(head_dim).slot_size_aligned
+    return torch.zeros(num_tokens // 16, 16, num_kv_heads, slot, dtype=torch.uint8, device=device)
+
+
 def store_extra(preset: str, num_tokens: int, num_kv_heads: int, head_dim: int, device: torch.device) -> dict:
     """The store's keyword arguments for timing ``preset`` on :func:`store_inputs`: a
     calibration and positions (every token past position 0) for a calibrated format."""

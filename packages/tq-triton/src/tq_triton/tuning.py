@@ -101,9 +101,8 @@ class StoreConfig:
     # searched as with 1). All give the same codes.
     code_search: int = 0
     # cuda only: cap registers per thread (Triton's ``maxnreg``) so that more programs fit on
-    # a multiprocessor; 0 leaves the choice to the compiler. No shipped entry caps the store
-    # now: the cap of 96 the calibrated formats had helped the binary search's gathers, and
-    # the uniform bins ran faster without it (docs/perf/runs/2026-12-07-store-bins)
+    # a multiprocessor; 0 leaves the choice to the compiler. No shipped entry caps the store:
+    # the uniform bins run faster uncapped (docs/perf/runs/2026-12-07-store-bins)
     max_registers: int = 0
 
 

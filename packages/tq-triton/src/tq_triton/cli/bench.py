@@ -366,8 +366,8 @@ def _store_rows(presets: list[str], dev: torch.device, bw: float) -> list[dict]:
     k, v, slots = bench.store_inputs(n, h, d, dev, seed=1)
     rows = []
     for preset in presets:
-        slot = get_preset(preset).layout(d).slot_size_aligned
-        cache = torch.zeros(n // 16, 16, h, slot, dtype=torch.uint8, device=dev)
+        cache = bench.store_cache(preset, n, h, d, dev)
+        slot = cache.shape[-1]
         extra = bench.store_extra(preset, n, h, d, dev)
         t = bench.time_ms(
             lambda cache=cache, preset=preset, extra=extra: store(k, v, cache, slots, preset, **extra), warmup=5, rep=30

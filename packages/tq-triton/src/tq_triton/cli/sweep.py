@@ -252,9 +252,7 @@ def _worker_store(preset: str, device: str) -> tuple:
     n, h, d = STORE_COMPILE_TOKENS, *STORE_SHAPE[1:]
     dev = torch.device(device)
     k, v, slots = bench.store_inputs(n, h, d, dev, seed=0)
-    slot = get_preset(preset).layout(d).slot_size_aligned
-    cache = torch.zeros(n // 16, 16, h, slot, dtype=torch.uint8, device=dev)
-    return k, v, slots, cache, bench.store_extra(preset, n, h, d, dev)
+    return k, v, slots, bench.store_cache(preset, n, h, d, dev), bench.store_extra(preset, n, h, d, dev)
 
 
 def compile_one(job: CompileJob | StoreJob) -> str | None:
@@ -387,8 +385,7 @@ def _sweep_store(table: dict, presets: list[str], dev: torch.device, shape: tupl
     n, h, d = shape
     k, v, slots = bench.store_inputs(n, h, d, dev, seed=0)
     for preset in progress(presets, len(presets), "store"):
-        slot = get_preset(preset).layout(d).slot_size_aligned
-        cache = torch.zeros(n // 16, 16, h, slot, dtype=torch.uint8, device=dev)
+        cache = bench.store_cache(preset, n, h, d, dev)
         # a calibrated format's store needs a calibration and the tokens' positions
         extra = bench.store_extra(preset, n, h, d, dev)
         best = None
