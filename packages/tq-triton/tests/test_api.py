@@ -351,6 +351,62 @@ def test_sweep_store_times_calibrated_formats_with_their_calibration(device, mon
     }
 
 
+def test_sweep_keeps_what_it_measured_when_stopped_part_way(device, monkeypatch, tmp_path):
+    """``tq sweep`` writes its table after every preset and bucket, marked ``"complete": false``
+    until the end: a sweep killed part way (a time limit, a lost machine) keeps the entries it
+    measured."""
+    import argparse
+
+    from tq_triton import bench
+    from tq_triton.cli import sweep
+
+    small = bench.Shape("small", batch=1, q_heads=4, kv_heads=1, head_dim=64, seq_len=40)
+    monkeypatch.setattr(sweep, "swept_case", lambda b, seq_len=None, head_dim=None: (b, small))
+    monkeypatch.setattr(sweep, "gpu_device", lambda: device)
+    timed = []
+
+    def once(fn, **kw):
+        if len(timed) == 2:  # the second preset's first timing: the machine goes away
+            raise KeyboardInterrupt
+        fn()
+        timed.append(1)
+        return 0.5 * len(timed)
+
+    monkeypatch.setattr(bench, "time_ms", once)
+    out = tmp_path / "table.json"
+    args = argparse.Namespace(
+        presets=["turboquant_k8v4", "tq_k4v3"],
+        buckets=["q1"],
+        block_kv=[16, 32],
+        warps=[1],
+        modes=[(1, 1)],
+        splits=[1],
+        max_registers=[0],
+        waves=[4],
+        **{k: [getattr(tuning.AttentionConfig, k)] for k in sweep.KNOBS},
+        seq_len=None,
+        head_dim=None,
+        out=out,
+        no_store=True,
+        compile_jobs=1,
+    )
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run(args)
+    table = json.loads(out.read_text())
+    assert table["complete"] is False
+    # the first preset's entry (its faster tile) is there, the second preset's is not
+    assert set(table["attention"]) == {"turboquant_k8v4"}
+    entry = table["attention"]["turboquant_k8v4"]["q1"]
+    assert (entry["block_kv"], entry["ms"]) == (16, 0.5)
+    assert [m["block_kv"] for m in table["measurements"]] == [16, 32]
+
+    timed.clear()
+    monkeypatch.setattr(bench, "time_ms", lambda fn, **kw: (fn(), 1.0)[1])
+    assert sweep.run(args) == 0
+    table = json.loads(out.read_text())
+    assert table["complete"] is True and set(table["attention"]) == {"turboquant_k8v4", "tq_k4v3"}
+
+
 @pytest.mark.parametrize(
     ("bucket", "shape", "q_len"),
     [

@@ -4,7 +4,8 @@ For each preset and query bucket it times tq_triton.attention on a representativ
 shape over a grid of tile sizes, warps, pipelining modes and split counts, and the store
 over tile sizes, warps and codebook searches (binary search, uniform bins); the fastest entries go
 into a JSON table that the launchers read from $TQ_TUNING_DIR (default ~/.cache/tq/tuning)
-before the shipped ones.
+before the shipped ones. The table is written after every preset and bucket, with
+"complete": false until the sweep ends, so a sweep stopped part way keeps what it measured.
 Needs a cuda or xpu GPU.
 """
 
@@ -320,10 +321,13 @@ def run(args: argparse.Namespace) -> int:
             "torch": torch.__version__,
             "triton": __import__("triton").__version__,
         },
+        "complete": False,
         "store": {},
         "attention": {},
         "measurements": [],
     }
+    out = args.out or (tuning.user_table_dir() / f"{_slug(name)}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
     jobs = list(itertools.product(presets, buckets))
     for preset, swept in progress(jobs, len(jobs), "attention"):
         bucket, shape = cases[swept]
@@ -342,18 +346,18 @@ def run(args: argparse.Namespace) -> int:
                 best = (t, cfg)
         del case
         torch.cuda.empty_cache() if dev.type == "cuda" else None
-        if best is None:
-            continue
-        entry = table_entry(best[1], best[0])
-        sec = table["attention"].setdefault(preset, {})
-        sec[bucket] = entry
-        # the verify bucket also serves the buckets nobody swept (a rows entry serves only its rows)
-        if ":" not in bucket and (bucket == "q8" or "*" not in sec):
-            sec["*"] = dict(entry)
+        if best is not None:
+            entry = table_entry(best[1], best[0])
+            sec = table["attention"].setdefault(preset, {})
+            sec[bucket] = entry
+            # the verify bucket also serves the buckets nobody swept (a rows entry serves only its rows)
+            if ":" not in bucket and (bucket == "q8" or "*" not in sec):
+                sec["*"] = dict(entry)
+        # after every preset and bucket: a sweep stopped part way keeps what it measured
+        write_json(out, table)
     if not args.no_store:
         _sweep_store(table, presets, dev)
-    out = args.out or (tuning.user_table_dir() / f"{_slug(name)}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    table["complete"] = True
     write_json(out, table)
     tuning.clear_cache()
     print(f"wrote {out}")
