@@ -190,6 +190,9 @@ def attention_kernel(
             f_i = tl.full((), 0.0, dtype=tl.float32)  # the value scales' reference (online_softmax)
             # rows of this query chunk see nothing past the chunk's last position
             hi = tl.minimum(kv_hi, seq_len - q_len + tl.minimum(qc + BLOCK_Q, q_len))
+            # ... and tiles that end by full_hi are seen whole by every row (the chunk's first
+            # row, at position seq_len - q_len + qc, sees the least)
+            full_hi = tl.minimum(hi, seq_len - q_len + qc + 1)
 
             if PREFETCH:
                 # the first tile's bytes and the second tile's block ids are in flight before the loop
@@ -264,6 +267,7 @@ def attention_kernel(
                     row_pos,
                     start,
                     hi,
+                    full_hi,
                     current,
                     Centroids,
                     VCentroids,
