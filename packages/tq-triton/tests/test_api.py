@@ -352,9 +352,9 @@ def test_sweep_store_times_calibrated_formats_with_their_calibration(device, mon
 
 
 def test_sweep_keeps_what_it_measured_when_stopped_part_way(device, monkeypatch, tmp_path):
-    """``tq sweep`` writes its table after every preset and bucket, marked ``"complete": false``
-    until the end: a sweep killed part way (a time limit, a lost machine) keeps the entries it
-    measured."""
+    """``tq sweep`` writes what it measured after every preset and bucket to ``<table>.partial``
+    (``"complete": false``): a sweep killed part way (a time limit, a lost machine) keeps its
+    entries there, and the table it would replace, which the launchers read, stays as it was."""
     import argparse
 
     from tq_triton import bench
@@ -374,6 +374,7 @@ def test_sweep_keeps_what_it_measured_when_stopped_part_way(device, monkeypatch,
 
     monkeypatch.setattr(bench, "time_ms", once)
     out = tmp_path / "table.json"
+    out.write_text('{"match": ["an earlier sweep"]}')
     args = argparse.Namespace(
         presets=["turboquant_k8v4", "tq_k4v3"],
         buckets=["q1"],
@@ -392,7 +393,8 @@ def test_sweep_keeps_what_it_measured_when_stopped_part_way(device, monkeypatch,
     )
     with pytest.raises(KeyboardInterrupt):
         sweep.run(args)
-    table = json.loads(out.read_text())
+    assert json.loads(out.read_text()) == {"match": ["an earlier sweep"]}
+    table = json.loads((tmp_path / "table.json.partial").read_text())
     assert table["complete"] is False
     # the first preset's entry (its faster tile) is there, the second preset's is not
     assert set(table["attention"]) == {"turboquant_k8v4"}
@@ -405,6 +407,7 @@ def test_sweep_keeps_what_it_measured_when_stopped_part_way(device, monkeypatch,
     assert sweep.run(args) == 0
     table = json.loads(out.read_text())
     assert table["complete"] is True and set(table["attention"]) == {"turboquant_k8v4", "tq_k4v3"}
+    assert not (tmp_path / "table.json.partial").exists()
 
 
 @pytest.mark.parametrize(

@@ -39,7 +39,6 @@ def tile_block_ids(bt_row, stride_bc, start, hi, last_block, BLOCK_KV: tl.conste
     multiple of ``BLOCK_SIZE`` the tile holds whole blocks: one load per block, repeated
     over its positions. Otherwise (block sizes that are not a power of two) one load per
     position. :func:`tile_offsets` gives the positions' entries to match."""
-    i = tl.arange(0, BLOCK_KV)
     if BLOCK_SIZE % BLOCK_KV == 0:
         blk = tl.load(bt_row + (start // BLOCK_SIZE) * stride_bc, mask=start < hi, other=0)
     elif BLOCK_KV % BLOCK_SIZE == 0:
@@ -49,7 +48,7 @@ def tile_block_ids(bt_row, stride_bc, start, hi, last_block, BLOCK_KV: tl.conste
         ids = tl.load(bt_row + (start // BLOCK_SIZE + b) * stride_bc, mask=start + b * BLOCK_SIZE < hi, other=0)
         blk = tl.reshape(tl.broadcast_to(ids[:, None], (NB, BLOCK_SIZE)), (BLOCK_KV,))
     else:
-        pos = start + i
+        pos = start + tl.arange(0, BLOCK_KV)
         blk = tl.load(bt_row + (pos // BLOCK_SIZE) * stride_bc, mask=pos < hi, other=0)
     if blk.dtype == tl.int32:
         blk = tl.minimum(blk.to(tl.uint32, bitcast=True), last_block.to(tl.uint32))

@@ -4,8 +4,9 @@ For each preset and query bucket it times tq_triton.attention on a representativ
 shape over a grid of tile sizes, warps, pipelining modes and split counts, and the store
 over tile sizes, warps and codebook searches (binary search, uniform bins); the fastest entries go
 into a JSON table that the launchers read from $TQ_TUNING_DIR (default ~/.cache/tq/tuning)
-before the shipped ones. The table is written after every preset and bucket, with
-"complete": false until the sweep ends, so a sweep stopped part way keeps what it measured.
+before the shipped ones. While it runs, what it has measured is written after every preset
+and bucket to <table>.partial (marked "complete": false), which no launcher reads: a sweep
+stopped part way keeps its measurements and leaves the table it would replace as it was.
 Needs a cuda or xpu GPU.
 """
 
@@ -328,6 +329,9 @@ def run(args: argparse.Namespace) -> int:
     }
     out = args.out or (tuning.user_table_dir() / f"{_slug(name)}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
+    # the launchers read every *.json of the tuning directory: an unfinished table goes beside it
+    partial = out.with_name(out.name + ".partial")
+    print(f"measurements so far go to {partial} until the sweep ends", file=sys.stderr)
     jobs = list(itertools.product(presets, buckets))
     for preset, swept in progress(jobs, len(jobs), "attention"):
         bucket, shape = cases[swept]
@@ -354,11 +358,12 @@ def run(args: argparse.Namespace) -> int:
             if ":" not in bucket and (bucket == "q8" or "*" not in sec):
                 sec["*"] = dict(entry)
         # after every preset and bucket: a sweep stopped part way keeps what it measured
-        write_json(out, table)
+        write_json(partial, table)
     if not args.no_store:
         _sweep_store(table, presets, dev)
     table["complete"] = True
     write_json(out, table)
+    partial.unlink(missing_ok=True)
     tuning.clear_cache()
     print(f"wrote {out}")
     for preset, sec in table["attention"].items():
