@@ -108,18 +108,29 @@ SPEC_MAX_TOKENS = 16
 # speculative vs plain decoding: the largest logprob difference allowed before the first
 # differing token (host rounding across batch shapes; the e2e tests saw up to 0.03 on some
 # CPUs, and a verify row that sees one token more or less moves logprobs by 0.02 to 0.17).
-# tq's own part is exact: a verified row equals the decode step at its position bit for bit
-# (tq-core's test_verified_rows_equal_decode_steps_bit_for_bit). Where vLLM's own serving is
-# not (auto's ngram twin differs from auto's plain server: vLLM's attention of the boundary
-# layers verifies and decodes by different kernels on some CPUs), a codebook cache carries
-# that difference on and amplifies it where a key moves across a code boundary (seen on a CPU
-# with AMX: 0.12-0.77 with identical tokens for 4bit_nc, k3v4_nc and 3bit_nc), so logprobs
-# cannot show an error that small there: the bound becomes SPEC_INEXACT_TOL, which a broken
-# verify path (rows over the wrong positions, stale or missing tokens) still exceeds
+# tq's own part is exact: on the CPU tq-vllm gives tq-core each verified row as a q_len 1
+# piece over the positions it sees, so it equals the decode step at its position bit for bit
+# (tq-core's test_verified_rows_equal_decode_steps_bit_for_bit; tq-vllm's
+# test_mixed_batch_matches_reference checks the pieces). Where vLLM's own serving is not
+# exact (auto's ngram twin differs from auto's plain server: on some CPUs vLLM's model rounds
+# 1 + k rows differently from one, so the keys that tq stores differ too), a
+# codebook cache carries that difference on and amplifies it where a key moves across a code
+# boundary (seen on a CPU with AMX: 0.12-0.77 with identical tokens for 4bit_nc, k3v4_nc and
+# 3bit_nc). There the bound becomes SPEC_INEXACT_TOL, and a token may differ where the
+# reference's two best logprobs are up to that far apart, even at the first verified step,
+# before which no logprob has differed (the prompt's token comes from the same prefill in both
+# servers): on a 2-core CI host with auto at 0.097, k8v4's second token flipped at a gap of
+# 0.125 and 3bit_nc's fourth at 0.5. On such a host the comparison shows that verification
+# ran and that its tokens are sane, not that each row saw the right positions: verify rows
+# that also saw the drafts after them, or missed their own token (two mutations of the
+# pieces' seq_lens in plan.py), passed it there, and test_mixed_batch_matches_reference
+# failed on both
 SPEC_NOISE_TOL = 0.05
 SPEC_INEXACT_TOL = 1.0
-# the largest logprob difference of auto's ngram twin from auto's plain server (set by auto's
-# run of test_speculative_decoding_is_lossless, which runs first)
+# what auto's ngram twin showed against auto's plain server (set by auto's run of
+# test_speculative_decoding_is_lossless, which runs first): "exact" (1.0 where both gave the
+# same tokens with the same logprobs, else 0.0) and "noise" (the largest logprob difference
+# before a first differing token)
 SPEC_HOST: dict[str, float] = {}
 # prefix caching and chunked prefill: two 2048-token prompts of pydoc_data.topics text that
 # share their first 1536 tokens (12 blocks), fed in steps of CHUNK tokens (every server runs
@@ -586,16 +597,18 @@ def logprob_noise(ref: Gen, other: Gen) -> tuple[int | None, float]:
     return first, noise
 
 
-def assert_greedy_within_noise(ref: Gen, other: Gen, what: str, tol: float = SPEC_NOISE_TOL) -> None:
+def assert_greedy_within_noise(
+    ref: Gen, other: Gen, what: str, tol: float = SPEC_NOISE_TOL, tie_floor: float = TIE_TOL
+) -> None:
     """Tokens equal up to a first difference, allowed only where ``ref``'s two best logprobs
     tie; for runs that differ in batch shapes (speculative verification runs the model on
     1 + k rows where plain decoding runs 1, and vLLM's CPU GEMMs may round those differently).
     Before the first difference the logprobs may differ by ``tol`` at most (that rounding; an
     attention error in tq's verify rows moves them by more), and a tie is within 3x the
-    largest difference seen, at least TIE_TOL: on a batch-invariant host that is the exact
-    rule."""
+    largest difference seen, at least ``tie_floor``: with TIE_TOL, on a batch-invariant host,
+    that is the exact rule."""
     first, noise = logprob_noise(ref, other)
-    tie = max(TIE_TOL, 3 * noise)
+    tie = max(tie_floor, 3 * noise)
     print(f"{what}: first differing token {first}, max |logprob difference| before it {noise:.3g}")
     assert noise <= tol, f"{what}: logprobs differ by {noise:.3g} before the first differing token (bound {tol:.3g})"
     if first is not None:
@@ -604,7 +617,7 @@ def assert_greedy_within_noise(ref: Gen, other: Gen, what: str, tol: float = SPE
             f"{what}: token {first} differs ({ref.tokens[first]!r} vs {other.tokens[first]!r}) although the "
             f"reference's two best logprobs are {gap:.3g} apart (tie margin {tie:.3g})"
         )
-        print(f"REPORT: {what}: tokens differ from position {first}, at a tie (gap {gap:.3g})")
+        print(f"REPORT: {what}: tokens differ from position {first}, within the tie margin {tie:.3g} (gap {gap:.3g})")
 
 
 def test_speculative_decoding_is_lossless(served: Served, topic_ids: list[int], model_config: dict[str, Any]) -> None:
@@ -624,15 +637,23 @@ def test_speculative_decoding_is_lossless(served: Served, topic_ids: list[int], 
         check_logprobs(spec, SPEC_MAX_TOKENS)
         gens.append((plain, spec))
     if served.dtype == "auto":
-        SPEC_HOST["noise"] = max(logprob_noise(plain, spec)[1] for plain, spec in gens)
-        print(f"auto: vLLM's ngram twin vs its plain server: logprobs differ by up to {SPEC_HOST['noise']:.3g}")
+        found = [logprob_noise(plain, spec) for plain, spec in gens]
+        SPEC_HOST["noise"] = max(noise for _, noise in found)
+        # a token that differs counts even where no logprob before it did (a flip at the first
+        # verified step has only the prompt's token before it)
+        SPEC_HOST["exact"] = float(all(first is None and noise == 0.0 for first, noise in found))
+        print(
+            f"auto: vLLM's ngram twin vs its plain server: first differing tokens {[f for f, _ in found]}, "
+            f"logprobs differ by up to {SPEC_HOST['noise']:.3g} before them"
+        )
         return
-    exact = SPEC_HOST.get("noise", 0.0) == 0.0
+    exact = SPEC_HOST.get("exact", 1.0) == 1.0
     tol = SPEC_NOISE_TOL if exact else SPEC_INEXACT_TOL
     if not exact:
         print(f"{served.dtype}: vLLM's own serving differs across batch shapes here (auto: {SPEC_HOST['noise']:.3g})")
     for i, (plain, spec) in enumerate(gens):
-        assert_greedy_within_noise(plain, spec, f"{served.dtype} prompt {i}, ngram vs plain", tol=tol)
+        what = f"{served.dtype} prompt {i}, ngram vs plain"
+        assert_greedy_within_noise(plain, spec, what, tol=tol, tie_floor=TIE_TOL if exact else tol)
     stats = served.spec.stats()
     assert stats is not None
     assert stats["layers"]["decode"] == tq_layer_names(model_config)
