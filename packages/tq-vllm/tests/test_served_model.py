@@ -128,10 +128,10 @@ SPEC_MAX_TOKENS = 16
 SPEC_NOISE_TOL = 0.05
 SPEC_INEXACT_TOL = 1.0
 # what auto's ngram twin showed against auto's plain server (set by auto's run of
-# test_speculative_decoding_is_lossless, which runs first): "exact" (1.0 where both gave the
-# same tokens with the same logprobs, else 0.0) and "noise" (the largest logprob difference
-# before a first differing token)
-SPEC_HOST: dict[str, float] = {}
+# test_speculative_decoding_is_lossless, which runs first): "exact" (both gave the same tokens
+# with the same logprobs) and "noise" (the largest logprob difference before a first
+# differing token)
+SPEC_HOST: dict[str, float | bool] = {}
 # prefix caching and chunked prefill: two 2048-token prompts of pydoc_data.topics text that
 # share their first 1536 tokens (12 blocks), fed in steps of CHUNK tokens (every server runs
 # with --max-num-batched-tokens CHUNK; the other tests' prompts fit in one step). A 2K prompt
@@ -641,13 +641,13 @@ def test_speculative_decoding_is_lossless(served: Served, topic_ids: list[int], 
         SPEC_HOST["noise"] = max(noise for _, noise in found)
         # a token that differs counts even where no logprob before it did (a flip at the first
         # verified step has only the prompt's token before it)
-        SPEC_HOST["exact"] = float(all(first is None and noise == 0.0 for first, noise in found))
+        SPEC_HOST["exact"] = all(first is None and noise == 0.0 for first, noise in found)
         print(
             f"auto: vLLM's ngram twin vs its plain server: first differing tokens {[f for f, _ in found]}, "
             f"logprobs differ by up to {SPEC_HOST['noise']:.3g} before them"
         )
         return
-    exact = SPEC_HOST.get("exact", 1.0) == 1.0
+    exact = bool(SPEC_HOST.get("exact", True))
     tol = SPEC_NOISE_TOL if exact else SPEC_INEXACT_TOL
     if not exact:
         print(f"{served.dtype}: vLLM's own serving differs across batch shapes here (auto: {SPEC_HOST['noise']:.3g})")

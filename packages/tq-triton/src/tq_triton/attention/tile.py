@@ -247,9 +247,9 @@ def attend_tile(
         # tiles of 64 rows or more mask only where the tile reaches past ``hi`` or past some
         # row's last position: every row of the tiles before ``full_hi`` sees all of their
         # positions (padding rows, whose outputs are not written, see finite scores of their
-        # zero queries there). The mask is a select per score, 7-18% of such a loop's
-        # instructions; skipping it makes q_len 16 at group 4 11-16% faster on an H100
-        # (docs/perf/runs/2026-12-07-portable-h100-tiles). Smaller tiles always mask
+        # zero queries there). The mask is a select per score, a large share of such a
+        # loop's instructions (timed in docs/perf/runs/2026-12-07-portable-h100-tiles).
+        # Smaller tiles always mask
         visible = row_ok[:, None] & (pos[None, :] < hi) & (pos[None, :] <= row_pos[:, None])
         s = tl.where(visible, s, float("-inf"))
     if CALIBRATED and INT_VALUES:
